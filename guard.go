@@ -1,0 +1,327 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// GuardConfig configures a [Guard]. The zero value, and a nil pointer, mean
+// the defaults documented on each field.
+type GuardConfig struct {
+	// Lease is how long a claim holds the key before another caller may take
+	// over. The Guard extends it every Lease/3 while fn runs. Default 30s.
+	Lease time.Duration
+	// Retention is how long a completed result is kept and replayed.
+	// Default 24h.
+	Retention time.Duration
+	// Wait, when positive, makes Do wait up to this long for an in-progress
+	// operation to finish and then replay its result, instead of returning
+	// ErrInProgress at once.
+	Wait time.Duration
+	// MaxErrorBytes bounds the text of a [Final] error that is recorded.
+	// Default 1024.
+	MaxErrorBytes int
+	// Logger receives heartbeat and cleanup failures. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Guard runs a function at most once per (scope, key) over any [Store]: claim
+// with a lease, heartbeat while the function runs, store its result on
+// success, release the key on failure, and replay the stored result to every
+// later call. It is the lease path for effects outside the store's database
+// (HTTP handlers, calls to other services); for effects in the same SQL
+// database use the stores' transactional Process instead.
+//
+// A Guard is safe for concurrent use.
+type Guard struct {
+	store Store
+	cfg   GuardConfig
+}
+
+// NewGuard returns a Guard over store. cfg may be nil.
+func NewGuard(store Store, cfg *GuardConfig) *Guard {
+	g := &Guard{store: store}
+	if cfg != nil {
+		g.cfg = *cfg
+	}
+	if g.cfg.Lease <= 0 {
+		g.cfg.Lease = 30 * time.Second
+	}
+	if g.cfg.Retention <= 0 {
+		g.cfg.Retention = DefaultRetention
+	}
+	if g.cfg.MaxErrorBytes <= 0 {
+		g.cfg.MaxErrorBytes = 1024
+	}
+	if g.cfg.Logger == nil {
+		g.cfg.Logger = slog.Default()
+	}
+	return g
+}
+
+// Store returns the store the Guard uses.
+func (g *Guard) Store() Store { return g.store }
+
+// Config returns the Guard's effective configuration, defaults filled in.
+func (g *Guard) Config() GuardConfig { return g.cfg }
+
+// Call names one logical operation.
+type Call struct {
+	Scope       string
+	Key         string
+	Fingerprint Fingerprint
+}
+
+// Run is handed to the guarded function: who it runs for and the fencing
+// token of its lease.
+type Run struct {
+	Scope string
+	Key   string
+	// Token is the fencing token of this execution's lease. Pass it to
+	// systems that can reject writes from a stale holder.
+	Token int64
+	// Takeover is true when an earlier execution's lease expired before it
+	// completed: that execution may have done part of the work.
+	Takeover bool
+}
+
+// DownstreamKey derives the idempotency key to send to an external API for
+// one step of this operation (see [DownstreamKey]). It does not depend on
+// the token, so a takeover after a crash sends the same key and the external
+// system deduplicates the crashed attempt's call.
+func (r Run) DownstreamKey(step string) string { return DownstreamKey(r.Scope, r.Key, step) }
+
+// DownstreamKey derives a stable idempotency key for step of the operation
+// (scope, key): 64 hex digits of a length-prefixed SHA-256, so it is a valid
+// key for any API that accepts printable ASCII and reveals nothing of the
+// inputs. Distinct steps of one operation get distinct keys.
+func DownstreamKey(scope, key, step string) string {
+	return FingerprintParts([]byte("idem-downstream-v1"), []byte(scope), []byte(key), []byte(step)).String()
+}
+
+// Result is what [Guard.Do] returns.
+type Result struct {
+	// Value is the function's result, or the stored result on a replay.
+	Value []byte
+	// Replayed is true when the function did not run because the operation
+	// had already completed.
+	Replayed bool
+	// Token is the fencing token of the execution that produced Value (on a
+	// replay, of the execution that completed).
+	Token int64
+}
+
+// Do runs fn at most once for call's (scope, key):
+//
+//   - a new key: fn runs under a lease that is extended while it runs; its
+//     result is stored and returned;
+//   - fn returns an error: the key is released so a retry runs fn again,
+//     unless the error is marked with [Final], in which case it is recorded
+//     and replayed as a [*StoredError];
+//   - fn panics: the key is released and the panic continues;
+//   - the lease is lost while fn runs (it expired and another caller took
+//     over, or the record was deleted): fn's context is cancelled with cause
+//     ErrLeaseLost and Do returns an error wrapping ErrLeaseLost;
+//   - the operation already completed: fn does not run and the stored result
+//     is returned with Replayed set (ErrResultDiscarded for a tombstone);
+//   - another caller is running it: ErrInProgress, or with GuardConfig.Wait a
+//     bounded wait for its result;
+//   - the key exists with a different fingerprint: ErrFingerprintMismatch.
+//
+// The key is validated before the store is touched.
+func (g *Guard) Do(ctx context.Context, call Call, fn func(ctx context.Context, run Run) ([]byte, error)) (Result, error) {
+	if err := Validate(call.Scope, call.Key); err != nil {
+		return Result{}, err
+	}
+	var waitUntil time.Time
+	if g.cfg.Wait > 0 {
+		waitUntil = time.Now().Add(g.cfg.Wait)
+	}
+	poll := 20 * time.Millisecond
+	for {
+		claim, err := g.store.Claim(ctx, ClaimRequest{
+			Scope: call.Scope, Key: call.Key, Fingerprint: call.Fingerprint, Lease: g.cfg.Lease,
+		})
+		if err != nil {
+			return Result{}, err
+		}
+		switch claim.Outcome {
+		case Acquired:
+			return g.run(ctx, call, claim, fn)
+		case Completed:
+			return replay(claim.Record)
+		case Mismatch:
+			return Result{}, fmt.Errorf("%w (scope %q, key %q)", ErrFingerprintMismatch, call.Scope, call.Key)
+		case InProgress:
+			if waitUntil.IsZero() || !time.Now().Before(waitUntil) {
+				return Result{}, ErrInProgress
+			}
+			// Poll with jitter so that many waiters do not hit the store in step.
+			d := min(time.Duration(rand.Int64N(int64(poll)))+poll/2, time.Until(waitUntil))
+			if err := sleep(ctx, d); err != nil {
+				return Result{}, err
+			}
+			poll = min(2*poll, time.Second)
+		default:
+			return Result{}, fmt.Errorf("idem: store returned unknown claim outcome %v", claim.Outcome)
+		}
+	}
+}
+
+// replay turns a completed record into Do's return values.
+func replay(rec *Record) (Result, error) {
+	if rec == nil {
+		return Result{}, errors.New("idem: store reported a completed claim without its record")
+	}
+	res := Result{Replayed: true, Token: rec.Token}
+	switch {
+	case rec.Tombstone:
+		return res, ErrResultDiscarded
+	case rec.Failed:
+		return res, &StoredError{Message: string(rec.Result)}
+	}
+	res.Value = rec.Result
+	return res, nil
+}
+
+func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context.Context, Run) ([]byte, error)) (res Result, err error) {
+	run := Run{Scope: call.Scope, Key: call.Key, Token: claim.Token, Takeover: claim.Takeover}
+	res.Token = claim.Token
+
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	hb := g.startHeartbeat(ctx, run, cancelRun)
+
+	// Cleanup must happen even when the caller's context is already done:
+	// otherwise a cancelled request would leave the key locked until the
+	// lease expires.
+	cleanupCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	}
+
+	panicked := true
+	defer func() {
+		if !panicked {
+			return
+		}
+		hb.stop()
+		cctx, cancel := cleanupCtx()
+		defer cancel()
+		if rerr := g.store.Release(cctx, call.Scope, call.Key, run.Token); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			g.cfg.Logger.Error("idem: releasing key after panic", "scope", call.Scope, "key", call.Key, "err", rerr)
+		}
+	}()
+	val, fnErr := fn(runCtx, run)
+	panicked = false
+	lost := hb.stop()
+
+	if lost {
+		if fnErr != nil {
+			return res, fmt.Errorf("%w (scope %q, key %q): %w", ErrLeaseLost, call.Scope, call.Key, fnErr)
+		}
+		return res, fmt.Errorf("%w (scope %q, key %q) before the result could be stored", ErrLeaseLost, call.Scope, call.Key)
+	}
+
+	cctx, cancel := cleanupCtx()
+	defer cancel()
+	if fnErr != nil && !IsFinal(fnErr) {
+		if rerr := g.store.Release(cctx, call.Scope, call.Key, run.Token); rerr != nil {
+			if errors.Is(rerr, ErrLeaseLost) {
+				return res, fmt.Errorf("%w: %w", fnErr, rerr)
+			}
+			g.cfg.Logger.Error("idem: releasing key after failure; it stays locked until the lease expires",
+				"scope", call.Scope, "key", call.Key, "err", rerr)
+		}
+		return res, fnErr
+	}
+
+	req := CompleteRequest{Scope: call.Scope, Key: call.Key, Token: run.Token, Result: val, Retention: g.cfg.Retention}
+	if fnErr != nil {
+		msg := fnErr.Error()
+		if len(msg) > g.cfg.MaxErrorBytes {
+			msg = msg[:g.cfg.MaxErrorBytes]
+		}
+		req.Result, req.Failed = []byte(msg), true
+	}
+	if cerr := g.store.Complete(cctx, req); cerr != nil {
+		return res, fmt.Errorf("idem: the operation ran but its result could not be recorded: %w", cerr)
+	}
+	if fnErr != nil {
+		return res, fnErr
+	}
+	res.Value = val
+	return res, nil
+}
+
+// heartbeat extends a lease while the guarded function runs.
+type heartbeat struct {
+	done chan struct{}
+	quit chan struct{}
+	lost bool
+}
+
+func (g *Guard) startHeartbeat(ctx context.Context, run Run, cancelRun context.CancelCauseFunc) *heartbeat {
+	hb := &heartbeat{done: make(chan struct{}), quit: make(chan struct{})}
+	lease := g.cfg.Lease
+	go func() {
+		defer close(hb.done)
+		// The local deadline uses the monotonic clock: if the store cannot be
+		// reached for a whole lease, assume another caller took over.
+		deadline := time.Now().Add(lease)
+		ticker := time.NewTicker(lease / 3)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-hb.quit:
+				return
+			case <-ticker.C:
+			}
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease/3)
+			sent := time.Now()
+			_, err := g.store.Extend(ectx, run.Scope, run.Key, run.Token, lease)
+			cancel()
+			switch {
+			case err == nil:
+				deadline = sent.Add(lease)
+			case errors.Is(err, ErrLeaseLost):
+				hb.lost = true
+				cancelRun(fmt.Errorf("%w (scope %q, key %q, token %d)", ErrLeaseLost, run.Scope, run.Key, run.Token))
+				return
+			default:
+				g.cfg.Logger.Warn("idem: lease heartbeat failed", "scope", run.Scope, "key", run.Key, "err", err)
+				if !time.Now().Before(deadline) {
+					hb.lost = true
+					cancelRun(fmt.Errorf("%w (scope %q, key %q): store unreachable for a whole lease: %w", ErrLeaseLost, run.Scope, run.Key, err))
+					return
+				}
+			}
+		}
+	}()
+	return hb
+}
+
+// stop ends the heartbeat and reports whether the lease was lost.
+func (hb *heartbeat) stop() bool {
+	select {
+	case <-hb.quit:
+	default:
+		close(hb.quit)
+	}
+	<-hb.done
+	return hb.lost
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
