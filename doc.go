@@ -1,0 +1,54 @@
+// Package idem makes effects exactly-once over at-least-once delivery.
+//
+// Every broker delivers at least once and every HTTP client retries after a
+// lost response, so duplicates are the steady state. idem turns "the same
+// message or request, again" into "the same effect, once", by keeping one
+// durable record per (scope, key) in a store you already run.
+//
+// # The state machine
+//
+// Every feature is the same state machine over one record:
+//
+//	(absent) --claim--> in_progress{token, lease} --complete--> completed{fingerprint, result}
+//	    ^                     |  lease expired: next claim takes over with a higher token
+//	    +------release--------+
+//
+// A [Store] claims a key with a lease (Outcome [Acquired]); every claim gets a
+// fencing token strictly greater than any earlier one for that key, and only
+// the current token may Complete, Release or Extend (else [ErrLeaseLost]).
+// Lease and retention expiry are computed by the store's clock. Every record
+// keeps a [Fingerprint] of the content that created it, and a later call with
+// the same key and different content is a [Mismatch].
+//
+// # Two paths
+//
+// The transactional path is the workhorse for effects in a SQL database: the
+// SQL stores (store/idempgx, store/idemsqlite) offer Process, which inserts
+// the dedupe record and runs your effect in one transaction, so a duplicate
+// is skipped atomically and concurrent duplicates are serialised by the
+// database's unique key, never by a check in Go.
+//
+// The lease path, [Guard.Do], works over any store for effects outside the
+// database (HTTP handlers, calls to other services): claim, heartbeat while
+// the function runs, store its result, replay it to every retry. The function
+// receives its fencing token and a [Run.DownstreamKey] to pass to external
+// APIs, which closes the "crashed after the external call, before recording
+// it" window.
+//
+// # Keys, scopes and errors
+//
+// Keys are 1–255 bytes of printable ASCII ([ValidateKey]) and are rejected
+// before any store is touched. A scope says whom a key belongs to: for HTTP
+// the authenticated principal with method and route, for consumers the
+// consumer name. Errors wrap the sentinels in errors.go with %w; use
+// [errors.Is]. Transient infrastructure errors are marked with [Retryable].
+//
+// # Packages
+//
+//   - idemhttp: net/http Idempotency-Key middleware and the proxy behind `idem proxy`.
+//   - retry: backoff with full jitter and error classification.
+//   - idemtest: an in-memory store for unit tests (it says it is not durable).
+//   - store/idemsqlite, store/idempgx, store/idemredis: the stores (own modules).
+//   - store/idemstoretest: the conformance suite every store passes.
+//   - cmd/idem: the CLI (demo, migrate, keys, proxy, backoff).
+package idem
