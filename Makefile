@@ -1,0 +1,46 @@
+# Every target loops over the modules of the workspace (go.work), so a user
+# who only wants the Kafka adapter never downloads pgx, and `make test` still
+# covers everything.
+MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
+GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+BENCHTIME ?= 1s
+
+.PHONY: test test/race test/short lint tidy bench bench-quick fmt vet staticcheck demo
+
+## test: every module's tests with the race detector (service-backed tests skip
+## without IDEM_*_URL locally and fail under CI=true).
+test: test/race
+
+test/race:
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...); done
+
+test/short:
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -short -count=1 ./...); done
+
+fmt:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+
+staticcheck:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done
+
+## lint: gofmt, go vet and staticcheck over every module.
+lint: fmt vet staticcheck
+
+tidy:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy); done
+
+## bench: every benchmark, for real.
+bench:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./...); done
+
+## bench-quick: every benchmark once, so that none of them rots (no timings judged).
+bench-quick:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchtime=1x ./...); done
+
+## demo: the README's main job.
+demo:
+	$(GO) run ./cmd/idem demo
