@@ -191,7 +191,9 @@ func TestRetryAfterHonoured(t *testing.T) {
 	}
 }
 
-func fast() *Policy { return &Policy{Base: time.Microsecond, Cap: 50 * time.Microsecond, MaxAttempts: 3} }
+func fast() *Policy {
+	return &Policy{Base: time.Microsecond, Cap: 50 * time.Microsecond, MaxAttempts: 3}
+}
 
 func TestDo(t *testing.T) {
 	t.Parallel()
