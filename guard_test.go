@@ -1,0 +1,326 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemtest"
+)
+
+func call(key string) idem.Call {
+	return idem.Call{Scope: "test", Key: key, Fingerprint: idem.FingerprintBytes([]byte("payload"))}
+}
+
+func TestGuardRunsOnceAndReplays(t *testing.T) {
+	t.Parallel()
+	g := idem.NewGuard(idemtest.NewMemoryStore(nil), nil)
+	var runs atomic.Int32
+	fn := func(ctx context.Context, run idem.Run) ([]byte, error) {
+		runs.Add(1)
+		return []byte(fmt.Sprintf("charged with token %d", run.Token)), nil
+	}
+	first, err := g.Do(context.Background(), call("k1"), fn)
+	if err != nil || first.Replayed || first.Token == 0 {
+		t.Fatalf("first Do = %+v, %v", first, err)
+	}
+	for range 3 {
+		again, err := g.Do(context.Background(), call("k1"), fn)
+		if err != nil || !again.Replayed || string(again.Value) != string(first.Value) || again.Token != first.Token {
+			t.Fatalf("replay = %+v, %v; want %q replayed", again, err, first.Value)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("fn ran %d times, want 1", runs.Load())
+	}
+}
+
+func TestGuardReleasesOnErrorSoRetryRuns(t *testing.T) {
+	t.Parallel()
+	g := idem.NewGuard(idemtest.NewMemoryStore(nil), nil)
+	boom := errors.New("gateway timeout")
+	_, err := g.Do(context.Background(), call("k"), func(context.Context, idem.Run) ([]byte, error) { return nil, boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want the handler's error", err)
+	}
+	res, err := g.Do(context.Background(), call("k"), func(context.Context, idem.Run) ([]byte, error) { return []byte("ok"), nil })
+	if err != nil || res.Replayed || string(res.Value) != "ok" {
+		t.Fatalf("retry after a failure = %+v, %v; want a fresh run", res, err)
+	}
+}
+
+func TestGuardFinalErrorIsRecordedAndReplayed(t *testing.T) {
+	t.Parallel()
+	g := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{MaxErrorBytes: 16})
+	declined := idem.Final(errors.New("card declined: insufficient funds"))
+	var runs atomic.Int32
+	fn := func(context.Context, idem.Run) ([]byte, error) { runs.Add(1); return nil, declined }
+	if _, err := g.Do(context.Background(), call("k"), fn); !errors.Is(err, declined) {
+		t.Fatalf("first Do = %v", err)
+	}
+	res, err := g.Do(context.Background(), call("k"), fn)
+	var stored *idem.StoredError
+	if !errors.As(err, &stored) || !res.Replayed {
+		t.Fatalf("replay = %+v, %v; want a StoredError", res, err)
+	}
+	if stored.Message != "card declined: i" {
+		t.Errorf("stored message = %q, want the first 16 bytes", stored.Message)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("fn ran %d times", runs.Load())
+	}
+}
+
+func TestGuardPanicReleasesAndPropagates(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewMemoryStore(nil)
+	g := idem.NewGuard(store, nil)
+	func() {
+		defer func() {
+			if r := recover(); r != "handler bug" {
+				t.Fatalf("recovered %v, want the handler's panic", r)
+			}
+		}()
+		_, _ = g.Do(context.Background(), call("k"), func(context.Context, idem.Run) ([]byte, error) { panic("handler bug") })
+	}()
+	if _, err := store.Get(context.Background(), "test", "k"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("after a panic the key should be released, Get = %v", err)
+	}
+}
+
+func TestGuardConcurrentCallersRunOnce(t *testing.T) {
+	t.Parallel()
+	for _, wait := range []time.Duration{0, 5 * time.Second} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			t.Parallel()
+			g := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{Wait: wait})
+			var runs atomic.Int32
+			var inProgress, replayed, fresh atomic.Int32
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := g.Do(context.Background(), call("hot"), func(context.Context, idem.Run) ([]byte, error) {
+						runs.Add(1)
+						time.Sleep(100 * time.Millisecond)
+						return []byte("result"), nil
+					})
+					switch {
+					case errors.Is(err, idem.ErrInProgress):
+						inProgress.Add(1)
+					case err != nil:
+						t.Errorf("Do: %v", err)
+					case string(res.Value) != "result":
+						t.Errorf("value %q", res.Value)
+					case res.Replayed:
+						replayed.Add(1)
+					default:
+						fresh.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if runs.Load() != 1 || fresh.Load() != 1 {
+				t.Fatalf("fn ran %d times (%d fresh results), want exactly 1", runs.Load(), fresh.Load())
+			}
+			if wait > 0 && inProgress.Load() != 0 {
+				t.Fatalf("with Wait, %d callers still got ErrInProgress", inProgress.Load())
+			}
+			if inProgress.Load()+replayed.Load() != 63 {
+				t.Fatalf("in progress %d + replayed %d, want 63", inProgress.Load(), replayed.Load())
+			}
+		})
+	}
+}
+
+func TestGuardWaitGivesUpAfterBound(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewMemoryStore(nil)
+	if _, err := store.Claim(context.Background(), idem.ClaimRequest{Scope: "test", Key: "stuck", Fingerprint: call("").Fingerprint, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	g := idem.NewGuard(store, &idem.GuardConfig{Wait: 150 * time.Millisecond})
+	start := time.Now()
+	_, err := g.Do(context.Background(), call("stuck"), func(context.Context, idem.Run) ([]byte, error) {
+		t.Error("fn must not run while another caller holds the lease")
+		return nil, nil
+	})
+	if !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("Do = %v, want ErrInProgress", err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("waited %v, want about 150ms", d)
+	}
+}
+
+func TestGuardHeartbeatKeepsLease(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewMemoryStore(nil)
+	g := idem.NewGuard(store, &idem.GuardConfig{Lease: 150 * time.Millisecond})
+	_, err := g.Do(context.Background(), call("long"), func(ctx context.Context, run idem.Run) ([]byte, error) {
+		// Run for several leases; the heartbeat must keep others out.
+		for range 6 {
+			time.Sleep(100 * time.Millisecond)
+			c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "test", Key: "long", Fingerprint: call("").Fingerprint, Lease: time.Second})
+			if err != nil || c.Outcome != idem.InProgress {
+				return nil, fmt.Errorf("a concurrent claim got %v, %v while the holder was alive", c.Outcome, err)
+			}
+		}
+		return []byte("done"), ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGuardLeaseLostCancelsFn(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewMemoryStore(nil)
+	g := idem.NewGuard(store, &idem.GuardConfig{Lease: 90 * time.Millisecond})
+	_, err := g.Do(context.Background(), call("lost"), func(ctx context.Context, run idem.Run) ([]byte, error) {
+		// An operator deletes the record: the next heartbeat finds the token stale.
+		if err := store.Delete(ctx, "test", "lost"); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+				return nil, fmt.Errorf("cancel cause %v, want ErrLeaseLost", context.Cause(ctx))
+			}
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Second):
+			return nil, errors.New("fn was not cancelled after the lease was lost")
+		}
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Do = %v, want ErrLeaseLost", err)
+	}
+	if _, err := store.Get(context.Background(), "test", "lost"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("a lost lease must not complete the record, Get = %v", err)
+	}
+}
+
+func TestGuardTakeoverAfterLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := idemtest.NewMemoryStore(&idemtest.MemoryOptions{Now: clock.Now})
+	crashed, err := store.Claim(context.Background(), idem.ClaimRequest{Scope: "test", Key: "k", Fingerprint: call("").Fingerprint, Lease: 30 * time.Second})
+	if err != nil || crashed.Outcome != idem.Acquired {
+		t.Fatalf("claim = %+v, %v", crashed, err)
+	}
+	g := idem.NewGuard(store, nil)
+	if _, err := g.Do(context.Background(), call("k"), func(context.Context, idem.Run) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("before expiry Do = %v, want ErrInProgress", err)
+	}
+	clock.Advance(31 * time.Second)
+	res, err := g.Do(context.Background(), call("k"), func(_ context.Context, run idem.Run) ([]byte, error) {
+		if !run.Takeover || run.Token <= crashed.Token {
+			return nil, fmt.Errorf("run = %+v, want a takeover with a token above %d", run, crashed.Token)
+		}
+		return []byte("recovered"), nil
+	})
+	if err != nil || string(res.Value) != "recovered" {
+		t.Fatalf("takeover Do = %+v, %v", res, err)
+	}
+	err = store.Complete(context.Background(), idem.CompleteRequest{Scope: "test", Key: "k", Token: crashed.Token, Result: []byte("late"), Retention: time.Hour})
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the crashed holder's Complete = %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestGuardMismatchAndTombstone(t *testing.T) {
+	t.Parallel()
+	store := idemtest.NewMemoryStore(&idemtest.MemoryOptions{MaxResultBytes: 8})
+	g := idem.NewGuard(store, nil)
+	big := func(context.Context, idem.Run) ([]byte, error) { return []byte(strings.Repeat("x", 9)), nil }
+	res, err := g.Do(context.Background(), call("k"), big)
+	if err != nil || len(res.Value) != 9 {
+		t.Fatalf("the first caller must get the whole result: %+v, %v", res, err)
+	}
+	if _, err := g.Do(context.Background(), call("k"), big); !errors.Is(err, idem.ErrResultDiscarded) {
+		t.Fatalf("replay of a tombstone = %v, want ErrResultDiscarded", err)
+	}
+	other := idem.Call{Scope: "test", Key: "k", Fingerprint: idem.FingerprintBytes([]byte("other payload"))}
+	if _, err := g.Do(context.Background(), other, big); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("different payload = %v, want ErrFingerprintMismatch", err)
+	}
+}
+
+// countingStore counts calls so that tests can prove the store was never touched.
+type countingStore struct {
+	idem.Store
+	calls atomic.Int32
+}
+
+func (c *countingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	c.calls.Add(1)
+	return c.Store.Claim(ctx, req)
+}
+
+func TestGuardRejectsInvalidKeyBeforeStore(t *testing.T) {
+	t.Parallel()
+	store := &countingStore{Store: idemtest.NewMemoryStore(nil)}
+	g := idem.NewGuard(store, nil)
+	for _, key := range []string{"", strings.Repeat("k", 256), "naïve", "a\nb"} {
+		_, err := g.Do(context.Background(), idem.Call{Key: key}, func(context.Context, idem.Run) ([]byte, error) {
+			t.Error("fn ran for an invalid key")
+			return nil, nil
+		})
+		if !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("Do(%q) = %v, want ErrInvalidKey", key, err)
+		}
+	}
+	if store.calls.Load() != 0 {
+		t.Fatalf("the store was called %d times for invalid keys", store.calls.Load())
+	}
+}
+
+// failingStore fails Claim with a transient error.
+type failingStore struct{ idem.Store }
+
+func (failingStore) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
+	return idem.Claim{}, idem.Retryable(errors.New("connection refused"))
+}
+
+func TestGuardStoreErrorRunsNothing(t *testing.T) {
+	t.Parallel()
+	g := idem.NewGuard(failingStore{idemtest.NewMemoryStore(nil)}, nil)
+	_, err := g.Do(context.Background(), call("k"), func(context.Context, idem.Run) ([]byte, error) {
+		t.Error("fn ran although the claim failed")
+		return nil, nil
+	})
+	if !idem.IsRetryable(err) {
+		t.Fatalf("Do = %v, want the store's retryable error", err)
+	}
+}
+
+func TestDownstreamKey(t *testing.T) {
+	t.Parallel()
+	a := idem.DownstreamKey("user:1", "order-9", "charge")
+	if a != idem.DownstreamKey("user:1", "order-9", "charge") {
+		t.Fatal("downstream key is not stable")
+	}
+	if err := idem.ValidateKey(a); err != nil {
+		t.Fatalf("downstream key is not a valid key: %v", err)
+	}
+	for _, other := range []string{
+		idem.DownstreamKey("user:1", "order-9", "refund"),
+		idem.DownstreamKey("user:2", "order-9", "charge"),
+		idem.DownstreamKey("user:1o", "rder-9", "charge"),
+	} {
+		if other == a {
+			t.Fatal("distinct (scope, key, step) gave the same downstream key")
+		}
+	}
+	run := idem.Run{Scope: "user:1", Key: "order-9", Token: 7}
+	if run.DownstreamKey("charge") != a {
+		t.Fatal("Run.DownstreamKey must not depend on the token")
+	}
+}
