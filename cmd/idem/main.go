@@ -1,0 +1,68 @@
+// Command idem is the idem command-line tool: the demo, schema migrations,
+// inspection of stored keys and (in later files) the HTTP proxy.
+//
+// # Adding a subcommand
+//
+// Create one file, say foo.go, with a constructor and register it in init:
+//
+//	func init() { commands = append(commands, newFooCmd) }
+//
+//	func newFooCmd(a *app) *cobra.Command { … }
+//
+// Use RunE (never Run or os.Exit): a returned error is printed as one line
+// "idem: …" on stderr and the process exits 1; errors cobra raises before
+// RunE runs (unknown flags, wrong argument counts) and errors wrapped with
+// usageErrorf exit 2. Give every flag an IDEM_* environment fallback with
+// envFlag; a flag on the command line wins over the environment, which wins
+// over the default. Commands write to cmd.OutOrStdout() and
+// cmd.ErrOrStderr() so tests can capture them.
+//
+// # Adding a store scheme
+//
+// Create one file, say store_foo.go, that registers the scheme's opener:
+//
+//	func init() {
+//		registerBackend(backend{Name: "Foo", Schemes: []string{"foo"}, Open: openFoo})
+//	}
+//
+// Open receives the DSN from --store / IDEM_STORE and returns an idem.Store
+// and a cleanup function. Set Migrator too when the backend has a schema to
+// migrate. Errors should already say what to do (one line, see errors.go).
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command ran and failed
+	exitUsage   = 2 // the command line was wrong
+)
+
+// run executes the idem command line args and returns the exit code. It is
+// main without the process: tests call it in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	return a.report(cmd, err)
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// commands holds the constructors of the top-level subcommands; each
+// subcommand's file appends its own in init.
+var commands []func(a *app) *cobra.Command
+
+// app is the state one run of the command line shares between commands.
+type app struct {
+	stdout, stderr io.Writer
+	// getenv reads the environment; tests replace it. nil means os.Getenv.
+	getenv func(string) string
+	// ran is set once a command's RunE starts: an error before that point
+	// came from cobra's parsing and is a usage error.
+	ran bool
+}
+
+func (a *app) env(name string) string {
+	if a.getenv != nil {
+		return a.getenv(name)
+	}
+	return os.Getenv(name)
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "idem",
+		Short: "Exactly-once effects over at-least-once delivery",
+		Long: `idem makes duplicate deliveries harmless: a dedupe record committed with the
+effect, idempotency keys for HTTP, leases with fencing tokens.
+
+Start with "idem demo": a payments ledger fed duplicate deliveries, no server needed.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// A bare "idem" shows the help; "idem bogus" is a usage error.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	for _, newCmd := range commands {
+		root.AddCommand(newCmd(a))
+	}
+	a.wrap(root)
+	return root
+}
+
+// wrap instruments every command's RunE so that it records that the command
+// line was accepted and applies environment fallbacks first.
+func (a *app) wrap(c *cobra.Command) {
+	if run := c.RunE; run != nil {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			a.ran = true
+			if err := a.applyEnv(cmd); err != nil {
+				return err
+			}
+			return run(cmd, args)
+		}
+	}
+	for _, sub := range c.Commands() {
+		a.wrap(sub)
+	}
+}
+
+// groupCmd returns a command that only holds subcommands: run without one,
+// or with an unknown one, it is a usage error rather than a silent help page.
+func groupCmd(use, short string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var names []string
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() {
+					names = append(names, sub.Name())
+				}
+			}
+			if len(args) == 0 {
+				return usageErrorf("missing subcommand, want one of: %s", strings.Join(names, ", "))
+			}
+			return usageErrorf("unknown command %q for %q, want one of: %s", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+		},
+	}
+	c.AddCommand(subs...)
+	return c
+}
+
+// envAnnotation is the flag annotation that names its environment fallback.
+const envAnnotation = "idem_env"
+
+// envFlag gives flag name of cmd the environment fallback env: used when the
+// flag is not on the command line. The help text mentions it.
+func envFlag(cmd *cobra.Command, name, env string) {
+	f := cmd.Flags().Lookup(name)
+	if f == nil {
+		panic("idem: envFlag: no flag " + name)
+	}
+	f.Usage += fmt.Sprintf(" (env %s)", env)
+	if f.Annotations == nil {
+		f.Annotations = map[string][]string{}
+	}
+	f.Annotations[envAnnotation] = []string{env}
+}
+
+// applyEnv sets every flag that was not given on the command line from its
+// environment variable, when that is set and not empty.
+func (a *app) applyEnv(cmd *cobra.Command) error {
+	var err error
+	visit := func(f *pflag.Flag) {
+		env := f.Annotations[envAnnotation]
+		if err != nil || f.Changed || len(env) == 0 {
+			return
+		}
+		v := a.env(env[0])
+		if v == "" {
+			return
+		}
+		if e := f.Value.Set(v); e != nil {
+			err = usageErrorf("invalid value %q in %s for --%s: %v", v, env[0], f.Name, e)
+		}
+	}
+	cmd.Flags().VisitAll(visit)
+	cmd.InheritedFlags().VisitAll(visit)
+	return err
+}
+
+// usageError is an error in the command line: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// report prints err as one line on stderr and returns the exit code.
+func (a *app) report(cmd *cobra.Command, err error) int {
+	fmt.Fprintln(a.stderr, oneLine(err))
+	var ue usageError
+	if !a.ran || errors.As(err, &ue) {
+		path := "idem"
+		if cmd != nil {
+			path = cmd.CommandPath()
+		}
+		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", path)
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// oneLine formats err as the single "idem: …" line the CLI prints: one
+// prefix however many layers added theirs, no line breaks.
+func oneLine(err error) string {
+	msg := strings.TrimSpace(err.Error())
+	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
+	for {
+		trimmed := msg
+		for _, p := range []string{"idem: ", "idemsqlite: ", "idempgx: ", "idemredis: "} {
+			trimmed = strings.TrimPrefix(trimmed, p)
+		}
+		if trimmed == msg {
+			break
+		}
+		msg = trimmed
+	}
+	return "idem: " + msg
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// backend is one store implementation the CLI can open, selected by the
+// scheme of the DSN.
+type backend struct {
+	// Name is how messages call the backend, e.g. "PostgreSQL".
+	Name string
+	// Schemes are the DSN schemes that select it, e.g. "postgres".
+	Schemes []string
+	// Example is a DSN shown when the user's DSN is wrong.
+	Example string
+	// Open opens the store. It checks that the schema is migrated and that
+	// the server is reachable, so commands fail before they do anything.
+	Open func(ctx context.Context, cfg storeConfig) (idem.Store, func() error, error)
+	// Migrator opens the schema migrator; nil when the backend has no
+	// schema (Redis).
+	Migrator func(ctx context.Context, cfg storeConfig) (migrator, func() error, error)
+	// Migrations lists the embedded migrations, for "migrate sql", which
+	// needs no connection.
+	Migrations func() []migrationSQL
+}
+
+// migrationSQL is one embedded migration.
+type migrationSQL struct {
+	Version  int
+	Name     string
+	Up, Down string
+}
+
+// storeConfig is what the user chose with --store and friends.
+type storeConfig struct {
+	DSN string
+	// Schema is the PostgreSQL schema holding the idem tables (--schema);
+	// other backends ignore it.
+	Schema string
+	// Create allows the backend to create what is missing (a SQLite file).
+	// Only "migrate up" sets it, so a mistyped path is reported instead of
+	// silently becoming a new, empty database.
+	Create bool
+}
+
+// migrator applies a backend's embedded schema migrations.
+type migrator interface {
+	// Up applies all pending migrations and returns their versions.
+	Up(ctx context.Context) ([]int, error)
+	// Down reverts up to steps migrations, newest first.
+	Down(ctx context.Context, steps int) ([]int, error)
+	// Status lists every migration this build knows.
+	Status(ctx context.Context) ([]migrationStatus, error)
+}
+
+// migrationStatus is one migration and whether it is applied.
+type migrationStatus struct {
+	Version   int
+	Name      string
+	Applied   bool
+	AppliedAt time.Time
+}
+
+var backends = map[string]*backend{}
+
+// registerBackend makes b available under each of its schemes. Backends
+// register themselves in init, one file per backend.
+func registerBackend(b backend) {
+	for _, s := range b.Schemes {
+		if _, dup := backends[s]; dup {
+			panic("idem: store scheme registered twice: " + s)
+		}
+		backends[s] = &b
+	}
+}
+
+// defaultStore is the DSN used when neither --store nor IDEM_STORE is set.
+const defaultStore = "sqlite://idem.db"
+
+// lookupBackend returns the backend for dsn's scheme, or an error that
+// lists the schemes that exist.
+func lookupBackend(dsn string) (*backend, error) {
+	scheme, _, ok := strings.Cut(dsn, "://")
+	if !ok || scheme == "" {
+		return nil, fmt.Errorf("invalid --store %q: want SCHEME://…, one of %s", redactDSN(dsn), schemeExamples())
+	}
+	b := backends[strings.ToLower(scheme)]
+	if b == nil {
+		return nil, fmt.Errorf("invalid --store %q: unknown scheme %q, want one of %s", redactDSN(dsn), scheme, schemeExamples())
+	}
+	return b, nil
+}
+
+func schemeExamples() string {
+	seen := map[*backend]bool{}
+	var ex []string
+	for _, b := range backends {
+		if !seen[b] {
+			seen[b] = true
+			ex = append(ex, b.Example)
+		}
+	}
+	sort.Strings(ex)
+	return strings.Join(ex, ", ")
+}
+
+// openStore opens the store cfg.DSN names. close releases it.
+func openStore(ctx context.Context, cfg storeConfig) (store idem.Store, close func() error, err error) {
+	b, err := lookupBackend(cfg.DSN)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.Open(ctx, cfg)
+}
+
+// openMigrator opens the migrator of the backend cfg.DSN names.
+func openMigrator(ctx context.Context, cfg storeConfig) (m migrator, close func() error, err error) {
+	b, err := lookupBackend(cfg.DSN)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.Migrator == nil || b.Migrations == nil {
+		return nil, nil, fmt.Errorf("%s stores have no schema to migrate; use them directly", b.Name)
+	}
+	return b.Migrator(ctx, cfg)
+}
+
+// redactDSN hides a password in dsn so errors can show it.
+func redactDSN(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return dsn
+	}
+	if _, has := u.User.Password(); !has {
+		return dsn
+	}
+	return u.Redacted()
+}
+
+// notMigratedError says the schema lacks migrations and how to apply them.
+func notMigratedError(b *backend, cfg storeConfig, detail string) error {
+	cmd := "idem migrate up --store " + redactDSN(cfg.DSN)
+	if cfg.Schema != "" && cfg.Schema != "public" {
+		cmd += " --schema " + cfg.Schema
+	}
+	return fmt.Errorf("the %s store %s is not migrated (%s); run: %s", b.Name, redactDSN(cfg.DSN), detail, cmd)
+}
