@@ -2,15 +2,20 @@
 // against a real backend.
 //
 //	func TestConformance(t *testing.T) {
-//		idemstoretest.Run(t, func(t *testing.T) idem.Store { return newIsolatedStore(t) })
+//		idemstoretest.Run(t, func(t *testing.T) idem.Store { return newIsolatedStore(t) }, nil)
 //	}
 //
-// SQL stores that offer the transactional path also run [RunProcess].
+// SQL stores that offer the transactional path also run [RunProcess] with a
+// [ProcessEnv] that adapts their Process functions.
+//
+// Every failure message starts with "contract:" and names the rule of the
+// idem.Store (or transactional path) contract that was broken.
 package idemstoretest
 
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem"
 )
@@ -21,11 +26,19 @@ type Options struct {
 	// that larger results become tombstones. Zero means
 	// idem.DefaultMaxResultBytes.
 	MaxResultBytes int
+	// ClockPrecision is the resolution of the times the store keeps (one
+	// microsecond for PostgreSQL, one millisecond for Redis). Durations
+	// computed from stored times are compared with this tolerance. Zero
+	// means one millisecond.
+	ClockPrecision time.Duration
 }
 
-// Run runs the Store conformance suite. newStore must return a store over an
-// isolated namespace (its own schema, database file or key prefix) so that
-// subtests can run in parallel.
+// Run runs the Store conformance suite as parallel subtests of one subtest
+// named "Store", and returns when all of them have finished, so resources the
+// caller releases with defer outlive the suite. newStore is called once per
+// subtest and must return a store over an isolated namespace (its own schema,
+// database file or key prefix): subtests run in parallel, and Purge must see
+// only its own subtest's records. opts may be nil.
 func Run(t *testing.T, newStore func(t *testing.T) idem.Store, opts *Options) {
 	t.Helper()
 	runStore(t, newStore, opts)
@@ -47,8 +60,12 @@ type ProcessEnv interface {
 	Effects(ctx context.Context) (map[string]int, error)
 }
 
-// RunProcess runs the transactional-path suite. newEnv must return an
-// isolated environment for each call.
+// RunProcess runs the transactional-path suite as parallel subtests of one
+// subtest named "Process", and returns when all of them have finished.
+// newEnv is called once per subtest and must return an isolated environment
+// (its own dedupe and effects tables), safe for concurrent use by dozens of
+// goroutines. The effects table must not be unique on the key: the suite
+// counts a second effect after a dedupe window passed.
 func RunProcess(t *testing.T, newEnv func(t *testing.T) ProcessEnv) {
 	t.Helper()
 	runProcess(t, newEnv)

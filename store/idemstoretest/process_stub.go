@@ -1,0 +1,5 @@
+package idemstoretest
+
+import "testing"
+
+func runProcess(t *testing.T, newEnv func(t *testing.T) ProcessEnv) {}
