@@ -1,0 +1,387 @@
+package idemredis_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/store/idemredis"
+	"github.com/idem-go/idem/store/idemstoretest"
+	"github.com/redis/rueidis"
+)
+
+// redisURL returns IDEM_REDIS_URL, skipping locally and failing in CI when
+// it is not set.
+func redisURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("IDEM_REDIS_URL")
+	if u == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("IDEM_REDIS_URL is not set; CI must run the Redis tests")
+		}
+		t.Skip("IDEM_REDIS_URL is not set; export IDEM_REDIS_URL=redis://127.0.0.1:6379/0 to run the Redis tests")
+	}
+	return u
+}
+
+// newClient opens a client on IDEM_REDIS_URL, closed when t ends.
+func newClient(t testing.TB) rueidis.Client {
+	t.Helper()
+	opt, err := rueidis.ParseURL(redisURL(t))
+	if err != nil {
+		t.Fatalf("IDEM_REDIS_URL: %v", err)
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("connect to Redis: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// randomPrefix returns a key prefix of its own for one test and deletes
+// every key under it when the test ends.
+func randomPrefix(t testing.TB, c rueidis.Client) string {
+	t.Helper()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	prefix := "idemtest:" + hex.EncodeToString(b[:]) + ":"
+	t.Cleanup(func() { deletePrefix(t, c, prefix) })
+	return prefix
+}
+
+// deletePrefix removes every key starting with prefix on every master.
+func deletePrefix(t testing.TB, c rueidis.Client, prefix string) {
+	ctx := context.Background()
+	for addr, node := range c.Nodes() {
+		var cursor uint64
+		for {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				// Replicas in a cluster answer SCAN too; a failing node is
+				// only a cleanup problem.
+				t.Logf("cleanup SCAN on %s: %v", addr, err)
+				break
+			}
+			for _, k := range e.Elements {
+				// DEL one key at a time: a cluster client routes each by slot.
+				if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
+					t.Logf("cleanup DEL %s: %v", k, err)
+				}
+			}
+			if e.Cursor == 0 {
+				break
+			}
+			cursor = e.Cursor
+		}
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// newStore returns a store over its own random prefix.
+func newStore(t testing.TB, c rueidis.Client, cfg *idemredis.Config) *idemredis.Store {
+	t.Helper()
+	var conf idemredis.Config
+	if cfg != nil {
+		conf = *cfg
+	}
+	conf.Prefix = randomPrefix(t, c)
+	if conf.Logger == nil {
+		conf.Logger = quietLogger()
+	}
+	s, err := idemredis.New(context.Background(), c, &conf)
+	if err != nil {
+		t.Fatalf("idemredis.New: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	c := newClient(t)
+	idemstoretest.Run(t, func(t *testing.T) idem.Store {
+		return newStore(t, c, nil)
+	}, &idemstoretest.Options{ClockPrecision: time.Millisecond})
+}
+
+func TestConformanceSmallResultLimit(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	s := newStore(t, c, &idemredis.Config{MaxResultBytes: 16})
+	ctx := context.Background()
+	cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "s", Key: "k", Lease: time.Minute})
+	if err != nil || cl.Outcome != idem.Acquired {
+		t.Fatalf("Claim: %v %v", cl.Outcome, err)
+	}
+	if err := s.Complete(ctx, idem.CompleteRequest{Scope: "s", Key: "k", Token: cl.Token, Result: bytes.Repeat([]byte("x"), 17), Retention: time.Minute}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	r, err := s.Get(ctx, "s", "k")
+	if err != nil || !r.Tombstone || r.Result != nil || r.State != idem.StateCompleted {
+		t.Fatalf("want a tombstone, got %+v, %v", r, err)
+	}
+}
+
+// The delimiter tuples of the issue must land on different Redis keys, and
+// the record and its token floor must share one hash tag.
+func TestKeysDoNotCollide(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	s := newStore(t, c, nil)
+	pairs := [][2]string{{"a:b", "c"}, {"a", "b:c"}, {"a", "bc"}, {"ab", "c"}, {"", "a:b:c"}, {"a:b:c", "x"}}
+	seen := make(map[string][2]string)
+	for _, p := range pairs {
+		k := s.RecordKey(p[0], p[1])
+		if prev, dup := seen[k]; dup {
+			t.Fatalf("(%q, %q) and (%q, %q) map to the same key %s", prev[0], prev[1], p[0], p[1], k)
+		}
+		seen[k] = p
+		open, close := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
+		if open < 0 || close != len(k)-1 || close-open-1 != 64 {
+			t.Errorf("key %s must end in a {64 hex digits} hash tag", k)
+		}
+	}
+	if s.RecordKey("a:b", "c") == s.RecordKey("a", "b:c") {
+		t.Fatal("the colliding-delimiter tuples share a key")
+	}
+
+	// And the store keeps them apart end to end.
+	ctx := context.Background()
+	for _, p := range pairs[:2] {
+		cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: p[0], Key: p[1], Lease: time.Minute})
+		if err != nil || cl.Outcome != idem.Acquired {
+			t.Fatalf("Claim(%q, %q): %v %v", p[0], p[1], cl.Outcome, err)
+		}
+	}
+}
+
+func TestPrefixWithBracesRejected(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	for _, p := range []string{"a{b", "a}b", "{x}:"} {
+		_, err := idemredis.New(context.Background(), c, &idemredis.Config{Prefix: p, Logger: quietLogger()})
+		if !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("prefix %q: want ErrInvalidConfig, got %v", p, err)
+		}
+	}
+	if _, err := idemredis.New(context.Background(), nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("nil client: want ErrInvalidConfig, got %v", err)
+	}
+}
+
+// 64 goroutines claim one key at once, again and again, each winner
+// releasing: exactly one holder at a time and strictly increasing tokens.
+func TestConcurrentClaimsOneKey(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	s := newStore(t, c, nil)
+	ctx := context.Background()
+	const workers, rounds = 64, 20
+	var last int64
+	for round := range rounds {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []int64
+			gate    = make(chan struct{})
+			errs    = make(chan error, workers)
+		)
+		for range workers {
+			wg.Go(func() {
+				<-gate
+				cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "race", Key: "one", Lease: time.Minute})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if cl.Outcome == idem.Acquired {
+					mu.Lock()
+					winners = append(winners, cl.Token)
+					mu.Unlock()
+				} else if cl.Outcome != idem.InProgress {
+					errs <- fmt.Errorf("outcome %v", cl.Outcome)
+				}
+			})
+		}
+		close(gate)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d goroutines acquired the key, want exactly 1", round, len(winners))
+		}
+		if winners[0] <= last {
+			t.Fatalf("round %d: token %d is not greater than the previous %d", round, winners[0], last)
+		}
+		last = winners[0]
+		// Alternate Release and Delete: tokens must keep increasing across both.
+		if round%2 == 0 {
+			err := s.Release(ctx, "race", "one", last)
+			if err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		} else if err := s.Delete(ctx, "race", "one"); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+	}
+}
+
+// Tokens are Redis-clock microseconds, so they keep increasing even when the
+// token floor is gone (as after a failover that lost it).
+func TestTokensIncreaseWithoutFloor(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	s := newStore(t, c, nil)
+	ctx := context.Background()
+	req := idem.ClaimRequest{Scope: "floor", Key: "k", Lease: time.Minute}
+	var last int64
+	for i := range 5 {
+		cl, err := s.Claim(ctx, req)
+		if err != nil || cl.Outcome != idem.Acquired {
+			t.Fatalf("Claim %d: %v %v", i, cl.Outcome, err)
+		}
+		if cl.Token <= last {
+			t.Fatalf("token %d after %d", cl.Token, last)
+		}
+		last = cl.Token
+		if err := s.Delete(ctx, "floor", "k"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(ctx, c.B().Del().Key(s.RecordKey("floor", "k")+":f").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Records carry Redis's own TTL: completed ones expire after their
+// retention, in-progress ones after lease + AbandonedRetention.
+func TestRedisTTL(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	s := newStore(t, c, &idemredis.Config{AbandonedRetention: time.Hour})
+	ctx := context.Background()
+	pttl := func(k string) time.Duration {
+		t.Helper()
+		ms, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ms) * time.Millisecond
+	}
+	cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "ttl", Key: "k", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk := s.RecordKey("ttl", "k")
+	if d := pttl(rk); d < time.Hour || d > time.Hour+time.Minute {
+		t.Errorf("in-progress record PTTL %v, want about lease + AbandonedRetention = 1h1m", d)
+	}
+	r, err := s.Get(ctx, "ttl", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.ExpiresAt.Sub(r.LeaseExpiresAt); got != time.Hour {
+		t.Errorf("in-progress ExpiresAt - LeaseExpiresAt = %v, want AbandonedRetention", got)
+	}
+	if err := s.Complete(ctx, idem.CompleteRequest{Scope: "ttl", Key: "k", Token: cl.Token, Retention: 10 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(rk); d < 9*time.Minute || d > 10*time.Minute {
+		t.Errorf("completed record PTTL %v, want the retention 10m", d)
+	}
+	// No token floor is written on the normal path: one key per record.
+	if n, err := c.Do(ctx, c.B().Exists().Key(rk+":f").Build()).AsInt64(); err != nil || n != 0 {
+		t.Errorf("token floor exists after claim/complete: %d %v", n, err)
+	}
+	if err := s.Delete(ctx, "ttl", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(rk + ":f"); d <= 0 || d > time.Hour {
+		t.Errorf("token floor PTTL after Delete is %v, want at most an hour", d)
+	}
+}
+
+// A record written with a fingerprint by an older version, or corrupted by
+// hand, is reported as an error, never as a silent success.
+func TestCorruptRecord(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	s := newStore(t, c, nil)
+	ctx := context.Background()
+	rk := s.RecordKey("corrupt", "k")
+	cases := map[string][]string{
+		"state":       {"st", "x", "fp", strings.Repeat("\x00", 32), "tok", "1"},
+		"fingerprint": {"st", "p", "fp", "short", "tok", "1"},
+		"token":       {"st", "p", "fp", strings.Repeat("\x00", 32), "tok", "nan"},
+		"time":        {"st", "p", "fp", strings.Repeat("\x00", 32), "tok", "1", "le", "soon"},
+	}
+	for what, fields := range cases {
+		cmd := c.B().Hset().Key(rk).FieldValue()
+		for i := 0; i < len(fields); i += 2 {
+			cmd = cmd.FieldValue(fields[i], fields[i+1])
+		}
+		if err := c.Do(ctx, c.B().Del().Key(rk).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(ctx, cmd.Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, "corrupt", "k"); err == nil || errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("corrupt %s: Get returned %v, want a decoding error", what, err)
+		}
+	}
+}
+
+// Transport failures are retryable: nothing was recorded.
+func TestClosedClientIsRetryable(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	s := newStore(t, c, nil)
+	c.Close()
+	_, err := s.Claim(context.Background(), idem.ClaimRequest{Scope: "s", Key: "k", Lease: time.Minute})
+	if err == nil || !idem.IsRetryable(err) {
+		t.Fatalf("Claim on a closed client: want a retryable error, got %v", err)
+	}
+	for name, err := range map[string]error{
+		"Complete": s.Complete(context.Background(), idem.CompleteRequest{Scope: "s", Key: "k", Token: 1, Retention: time.Minute}),
+		"Release":  s.Release(context.Background(), "s", "k", 1),
+		"Delete":   s.Delete(context.Background(), "s", "k"),
+	} {
+		if !idem.IsRetryable(err) {
+			t.Errorf("%s on a closed client: want a retryable error, got %v", name, err)
+		}
+	}
+	if _, err := s.Extend(context.Background(), "s", "k", 1, time.Minute); !idem.IsRetryable(err) {
+		t.Errorf("Extend on a closed client: want a retryable error, got %v", err)
+	}
+	if _, err := s.Get(context.Background(), "s", "k"); !idem.IsRetryable(err) {
+		t.Errorf("Get on a closed client: want a retryable error, got %v", err)
+	}
+}
+
+func TestPurgeIsNoop(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	s := newStore(t, c, nil)
+	if n, err := s.Purge(context.Background(), 0); n != 0 || err != nil {
+		t.Errorf("Purge: %d, %v; want 0, nil", n, err)
+	}
+	if _, err := s.Purge(context.Background(), -1); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("Purge(-1): want ErrInvalidConfig, got %v", err)
+	}
+	if !s.Durable() {
+		t.Error("Durable() = false")
+	}
+}
