@@ -1,0 +1,352 @@
+package idempgx
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migration/*.sql
+var migrationFS embed.FS
+
+// Direction says which way a migration runs.
+type Direction string
+
+const (
+	// DirectionUp applies a migration.
+	DirectionUp Direction = "up"
+	// DirectionDown reverts a migration.
+	DirectionDown Direction = "down"
+)
+
+// Migration is one embedded, numbered schema change.
+type Migration struct {
+	// Version is the migration's number; versions are applied in order.
+	Version int
+	// Name is the descriptive part of the file name, e.g. "create_records".
+	Name string
+	// Up and Down are the SQL that apply and revert the migration. They use
+	// unqualified names: the Migrator runs them with search_path set to its
+	// schema.
+	Up   string
+	Down string
+}
+
+// migrations is the parsed content of migration/, sorted by version.
+var migrations = mustLoadMigrations(migrationFS)
+
+func mustLoadMigrations(fsys fs.FS) []Migration {
+	ms, err := loadMigrations(fsys)
+	if err != nil {
+		panic(err)
+	}
+	return ms
+}
+
+// loadMigrations reads NNN_name.(up|down).sql files and checks that every
+// version has both directions and that versions are 1..n without gaps, so a
+// packaging mistake fails at init rather than half-way through a migration.
+func loadMigrations(fsys fs.FS) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, "migration")
+	if err != nil {
+		return nil, fmt.Errorf("idempgx: read migrations: %w", err)
+	}
+	byVersion := map[int]*Migration{}
+	for _, e := range entries {
+		file := e.Name()
+		base, ok := strings.CutSuffix(file, ".sql")
+		if !ok {
+			continue
+		}
+		var dir Direction
+		switch {
+		case strings.HasSuffix(base, ".up"):
+			dir, base = DirectionUp, strings.TrimSuffix(base, ".up")
+		case strings.HasSuffix(base, ".down"):
+			dir, base = DirectionDown, strings.TrimSuffix(base, ".down")
+		default:
+			return nil, fmt.Errorf("idempgx: migration %s: name must end in .up.sql or .down.sql", file)
+		}
+		num, name, ok := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if !ok || err != nil || version <= 0 {
+			return nil, fmt.Errorf("idempgx: migration %s: name must start with a positive number and an underscore", file)
+		}
+		body, err := fs.ReadFile(fsys, path.Join("migration", file))
+		if err != nil {
+			return nil, fmt.Errorf("idempgx: read migration %s: %w", file, err)
+		}
+		m := byVersion[version]
+		if m == nil {
+			m = &Migration{Version: version, Name: name}
+			byVersion[version] = m
+		}
+		if m.Name != name {
+			return nil, fmt.Errorf("idempgx: migration %d has two names, %q and %q", version, m.Name, name)
+		}
+		if dir == DirectionUp {
+			m.Up = string(body)
+		} else {
+			m.Down = string(body)
+		}
+	}
+	out := make([]Migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		if m.Up == "" || m.Down == "" {
+			return nil, fmt.Errorf("idempgx: migration %d (%s) needs both an up and a down file", m.Version, m.Name)
+		}
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i, m := range out {
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("idempgx: migration versions must be 1..n without gaps; missing %d", i+1)
+		}
+	}
+	return out, nil
+}
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() []Migration { return append([]Migration(nil), migrations...) }
+
+// LatestVersion is the version a fully migrated schema is at.
+func LatestVersion() int { return len(migrations) }
+
+// MigratorConfig configures a [Migrator]. A nil pointer means the defaults.
+type MigratorConfig struct {
+	// Schema holds the idem tables and the idem_migrations table. Default
+	// "public". Up creates it if it does not exist.
+	Schema string
+}
+
+// Migrator applies and reverts the embedded migrations in one schema.
+// Concurrent migrators (for example several replicas starting at once) are
+// safe: each step holds a transaction-level advisory lock for its schema.
+type Migrator struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+// NewMigrator returns a Migrator for the schema in cfg (nil = "public").
+func NewMigrator(pool *pgxpool.Pool, cfg *MigratorConfig) (*Migrator, error) {
+	if pool == nil {
+		return nil, errors.New("idempgx: nil pool")
+	}
+	schema := "public"
+	if cfg != nil && cfg.Schema != "" {
+		schema = cfg.Schema
+	}
+	return &Migrator{pool: pool, schema: schema}, nil
+}
+
+// MigrationStatus is one migration and whether it is applied.
+type MigrationStatus struct {
+	Version int
+	Name    string
+	Applied bool
+	// AppliedAt is when it was applied, by the database's clock (zero when
+	// pending).
+	AppliedAt time.Time
+}
+
+// MigrateResult lists the versions a call applied or reverted, in the order
+// it did so.
+type MigrateResult struct {
+	Versions []int
+}
+
+// Up applies every pending migration, each in its own transaction, and
+// returns the versions it applied (none when the schema is up to date).
+func (m *Migrator) Up(ctx context.Context) (MigrateResult, error) {
+	var res MigrateResult
+	for {
+		applied := 0
+		err := m.step(ctx, func(ctx context.Context, tx pgx.Tx, current int) error {
+			if current >= len(migrations) {
+				return nil
+			}
+			mig := migrations[current]
+			if _, err := tx.Exec(ctx, mig.Up); err != nil {
+				return fmt.Errorf("idempgx: apply migration %d (%s): %w", mig.Version, mig.Name, classify(err))
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+m.table("idem_migrations")+" (version, name) VALUES ($1, $2)", mig.Version, mig.Name); err != nil {
+				return fmt.Errorf("idempgx: record migration %d: %w", mig.Version, classify(err))
+			}
+			applied = mig.Version
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+		if applied == 0 {
+			return res, nil
+		}
+		res.Versions = append(res.Versions, applied)
+	}
+}
+
+// Down reverts up to steps applied migrations, newest first, each in its own
+// transaction, and returns the versions it reverted. steps must be
+// positive; a larger steps than applied migrations reverts them all.
+func (m *Migrator) Down(ctx context.Context, steps int) (MigrateResult, error) {
+	var res MigrateResult
+	if steps <= 0 {
+		return res, fmt.Errorf("idempgx: down: steps must be positive, got %d", steps)
+	}
+	for range steps {
+		reverted := 0
+		err := m.step(ctx, func(ctx context.Context, tx pgx.Tx, current int) error {
+			if current == 0 {
+				return nil
+			}
+			mig := migrations[current-1]
+			if _, err := tx.Exec(ctx, mig.Down); err != nil {
+				return fmt.Errorf("idempgx: revert migration %d (%s): %w", mig.Version, mig.Name, classify(err))
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM "+m.table("idem_migrations")+" WHERE version = $1", mig.Version); err != nil {
+				return fmt.Errorf("idempgx: unrecord migration %d: %w", mig.Version, classify(err))
+			}
+			reverted = mig.Version
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+		if reverted == 0 {
+			break
+		}
+		res.Versions = append(res.Versions, reverted)
+	}
+	return res, nil
+}
+
+// step runs fn in one transaction that holds the schema's migration lock,
+// with search_path set to the schema and the current version read under the
+// lock, so that two migrators never apply the same migration.
+func (m *Migrator) step(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, current int) error) error {
+	return pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", "idem-migrate:"+m.schema); err != nil {
+			return fmt.Errorf("idempgx: migration lock: %w", classify(err))
+		}
+		schema := pgx.Identifier{m.schema}.Sanitize()
+		// Only create a missing schema: CREATE SCHEMA IF NOT EXISTS needs the
+		// CREATE privilege on the database even when the schema exists.
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", m.schema).Scan(&exists); err != nil {
+			return fmt.Errorf("idempgx: look up schema %s: %w", m.schema, classify(err))
+		}
+		stmts := []string{"SET LOCAL search_path TO " + schema}
+		if !exists {
+			stmts = append([]string{"CREATE SCHEMA " + schema}, stmts...)
+		}
+		stmts = append(stmts,
+			"CREATE TABLE IF NOT EXISTS " + m.table("idem_migrations") + ` (
+	version    integer     PRIMARY KEY,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`)
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("idempgx: prepare schema %s: %w", m.schema, classify(err))
+			}
+		}
+		current, err := m.version(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, tx, current)
+	})
+}
+
+func (m *Migrator) table(name string) string { return pgx.Identifier{m.schema, name}.Sanitize() }
+
+// version returns the highest applied version, checking that the database
+// is not ahead of this binary (a newer idem migrated it).
+func (m *Migrator) version(ctx context.Context, q querier) (int, error) {
+	var v int
+	if err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+m.table("idem_migrations")).Scan(&v); err != nil {
+		return 0, fmt.Errorf("idempgx: read migration version: %w", classify(err))
+	}
+	if v > len(migrations) {
+		return v, fmt.Errorf("idempgx: schema %s is at migration %d, newer than this build knows (%d); upgrade idem", m.schema, v, len(migrations))
+	}
+	return v, nil
+}
+
+// Version returns the schema's current migration version (0 when nothing
+// was applied or the schema does not exist).
+func (m *Migrator) Version(ctx context.Context) (int, error) {
+	var exists bool
+	if err := m.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.table("idem_migrations")).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("idempgx: read migration version: %w", classify(err))
+	}
+	if !exists {
+		return 0, nil
+	}
+	return m.version(ctx, m.pool)
+}
+
+// Status lists every embedded migration and whether it is applied.
+func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
+	out := make([]MigrationStatus, len(migrations))
+	for i, mig := range migrations {
+		out[i] = MigrationStatus{Version: mig.Version, Name: mig.Name}
+	}
+	var exists bool
+	if err := m.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.table("idem_migrations")).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("idempgx: migration status: %w", classify(err))
+	}
+	if !exists {
+		return out, nil
+	}
+	rows, err := m.pool.Query(ctx, "SELECT version, applied_at FROM "+m.table("idem_migrations")+" ORDER BY version")
+	if err != nil {
+		return nil, fmt.Errorf("idempgx: migration status: %w", classify(err))
+	}
+	var (
+		version int
+		at      time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&version, &at}, func() error {
+		if version >= 1 && version <= len(out) {
+			out[version-1].Applied = true
+			out[version-1].AppliedAt = at
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idempgx: migration status: %w", classify(err))
+	}
+	return out, nil
+}
+
+// SQL returns the SQL of one migration, for teams that apply schema changes
+// with their own tools. The statements use unqualified names; run them with
+// search_path set to the target schema, and record the version yourself.
+func SQL(direction Direction, version int) (string, error) {
+	if version < 1 || version > len(migrations) {
+		return "", fmt.Errorf("idempgx: no migration %d (have 1..%d)", version, len(migrations))
+	}
+	switch direction {
+	case DirectionUp:
+		return migrations[version-1].Up, nil
+	case DirectionDown:
+		return migrations[version-1].Down, nil
+	}
+	return "", fmt.Errorf("idempgx: direction must be %q or %q, got %q", DirectionUp, DirectionDown, direction)
+}
+
+// SQL returns the SQL of one migration; see the package-level [SQL].
+func (m *Migrator) SQL(direction Direction, version int) (string, error) {
+	return SQL(direction, version)
+}

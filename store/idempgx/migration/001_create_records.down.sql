@@ -1,0 +1,2 @@
+DROP TABLE idem_records;
+DROP SEQUENCE idem_token_seq;

@@ -1,0 +1,362 @@
+package idempgx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Process runs fn at most once per message, in one transaction with the
+// message's dedupe record: the record and fn's effect commit together or
+// not at all.
+//
+//   - A new message (or one whose dedupe window passed): fn runs with the
+//     transaction; if it returns nil the transaction commits and Process
+//     returns idem.Processed. If it returns an error, everything rolls back,
+//     nothing is recorded and the error is returned wrapped, so a redelivery
+//     runs fn again.
+//   - A message seen before with the same fingerprint: fn does not run;
+//     idem.Duplicate and a nil error.
+//   - A key seen before with another fingerprint: fn does not run;
+//     idem.Mismatched and an error wrapping idem.ErrFingerprintMismatch.
+//   - A key held by a live Guard lease: an error wrapping idem.ErrInProgress.
+//
+// A concurrent duplicate blocks on the row lock until the first transaction
+// ends, then sees its outcome. Infrastructure failures (including a commit
+// whose outcome is unknown) are marked with idem.Retryable; retrying is
+// always safe because a committed message is then a Duplicate.
+func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx pgx.Tx) error) (idem.ProcessResult, error) {
+	if err := msg.Validate(); err != nil {
+		return 0, err
+	}
+	if fn == nil {
+		return 0, fmt.Errorf("%w: nil handler", idem.ErrInvalidConfig)
+	}
+	var res idem.ProcessResult
+	err := s.inTx(ctx, "process "+fmt.Sprintf("%q", msg.Key), func(tx pgx.Tx) (bool, error) {
+		var err error
+		res, err = s.ProcessTx(ctx, tx, msg)
+		if err != nil || res != idem.Processed {
+			return false, err
+		}
+		if err := fn(ctx, tx); err != nil {
+			res = 0
+			return false, fmt.Errorf("idempgx: process %q: handler: %w", msg.Key, classify(err))
+		}
+		return true, nil
+	})
+	if err != nil {
+		if res == idem.Mismatched {
+			return res, err
+		}
+		return 0, err
+	}
+	return res, nil
+}
+
+// ProcessTx records msg's dedupe row in the caller's transaction tx and
+// reports what to do:
+//
+//   - idem.Processed: the message is new; apply its effect in tx and commit.
+//     If tx rolls back, nothing was recorded.
+//   - idem.Duplicate: seen before; skip the effect (nil error).
+//   - idem.Mismatched: the key was used for other content; the error wraps
+//     idem.ErrFingerprintMismatch.
+//
+// tx should run at READ COMMITTED (the default). Under REPEATABLE READ or
+// SERIALIZABLE a concurrent duplicate fails with a serialization error,
+// which is returned as retryable. A key held by a live Guard lease returns
+// an error wrapping idem.ErrInProgress. A failed statement aborts tx, so on
+// any error roll tx back.
+func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (idem.ProcessResult, error) {
+	if err := msg.Validate(); err != nil {
+		return 0, err
+	}
+	for range maxRaceRetries {
+		var fresh bool
+		err := tx.QueryRow(ctx, s.q.processOne, msg.Scope, msg.Key, msg.Fingerprint[:], micros(msg.RetentionOrDefault())).Scan(&fresh)
+		if err == nil {
+			return idem.Processed, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, s.wrap("process", err)
+		}
+		var e existing
+		rec, err := scanRecord(tx.QueryRow(ctx, s.q.getLive, msg.Scope, msg.Key), &e.live, &e.expired)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // deleted or purged since the insert
+		}
+		if err != nil {
+			return 0, s.wrap("process", err)
+		}
+		e.state, e.fp = rec.State, rec.Fingerprint
+		res, retry, err := e.judge(msg)
+		if !retry {
+			return res, err
+		}
+	}
+	return 0, idem.Retryable(fmt.Errorf("idempgx: process %q: record kept changing under %d attempts", msg.Key, maxRaceRetries))
+}
+
+// existing is what a conflicting row looked like when it was read.
+type existing struct {
+	state   idem.State
+	fp      idem.Fingerprint
+	live    bool // a lease that has not expired
+	expired bool // past expires_at
+}
+
+// judge classifies a message against the row that blocked its insert.
+// retry means the row expired between the insert and the read, so the
+// insert should simply run again.
+func (e existing) judge(msg idem.Message) (res idem.ProcessResult, retry bool, err error) {
+	switch {
+	case e.state == idem.StateCompleted && e.expired:
+		return 0, true, nil
+	case e.fp != msg.Fingerprint:
+		return idem.Mismatched, false, fmt.Errorf("idempgx: process %q in scope %q: %w", msg.Key, msg.Scope, idem.ErrFingerprintMismatch)
+	case e.state == idem.StateCompleted:
+		return idem.Duplicate, false, nil
+	case e.live:
+		return 0, false, fmt.Errorf("idempgx: process %q in scope %q: %w", msg.Key, msg.Scope, idem.ErrInProgress)
+	}
+	return 0, true, nil
+}
+
+// ProcessBatch is Process for many messages in one transaction, with the
+// dedupe records of all of them written by one statement. fn receives the
+// transaction and the indexes (into msgs, ascending) of the fresh messages,
+// and is not called when there are none. The results say, per message,
+// Processed, Duplicate or Mismatched; a Mismatched message is not an error
+// of the batch (route it to your dead letters). A key repeated within msgs
+// is fresh at its first occurrence and Duplicate (or Mismatched) after.
+//
+// If fn returns an error the whole batch rolls back and nothing is
+// recorded. A key held by a live Guard lease fails the batch with an error
+// wrapping idem.ErrInProgress. At most [MaxBatch] messages.
+func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, tx pgx.Tx, fresh []int) error) ([]idem.ProcessResult, error) {
+	if err := validateBatch(msgs); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("%w: nil handler", idem.ErrInvalidConfig)
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	var results []idem.ProcessResult
+	err := s.inTx(ctx, "process batch", func(tx pgx.Tx) (bool, error) {
+		var err error
+		results, err = s.ProcessBatchTx(ctx, tx, msgs)
+		if err != nil {
+			return false, err
+		}
+		fresh := make([]int, 0, len(msgs))
+		for i, r := range results {
+			if r == idem.Processed {
+				fresh = append(fresh, i)
+			}
+		}
+		if len(fresh) == 0 {
+			return false, nil
+		}
+		if err := fn(ctx, tx, fresh); err != nil {
+			return false, fmt.Errorf("idempgx: process batch: handler: %w", classify(err))
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+func validateBatch(msgs []idem.Message) error {
+	if len(msgs) > MaxBatch {
+		return fmt.Errorf("%w: batch of %d messages exceeds the limit of %d", idem.ErrInvalidConfig, len(msgs), MaxBatch)
+	}
+	for i, m := range msgs {
+		if err := m.Validate(); err != nil {
+			return fmt.Errorf("idempgx: batch message %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// recordRef names a record.
+type recordRef struct{ scope, key string }
+
+// ProcessBatchTx records the dedupe rows of msgs in the caller's
+// transaction tx and returns, per message, Processed (apply its effect in
+// tx), Duplicate or Mismatched. It costs one statement to insert all of
+// them plus, only when some already existed, one to classify those. See
+// [Store.ProcessBatch] for the rules and [Store.ProcessTx] for isolation.
+func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Message) ([]idem.ProcessResult, error) {
+	if err := validateBatch(msgs); err != nil {
+		return nil, err
+	}
+	results := make([]idem.ProcessResult, len(msgs))
+	first := make(map[recordRef]int, len(msgs))
+	pending := make([]int, 0, len(msgs))
+	for i, m := range msgs {
+		ref := recordRef{m.Scope, m.Key}
+		if _, ok := first[ref]; !ok {
+			first[ref] = i
+			pending = append(pending, i)
+		}
+	}
+	// One lock order for every batch, so concurrent batches cannot deadlock.
+	sort.Slice(pending, func(a, b int) bool {
+		ma, mb := msgs[pending[a]], msgs[pending[b]]
+		if ma.Scope != mb.Scope {
+			return ma.Scope < mb.Scope
+		}
+		return ma.Key < mb.Key
+	})
+	stored := make(map[recordRef]idem.Fingerprint, len(msgs))
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt == maxRaceRetries {
+			return nil, idem.Retryable(fmt.Errorf("idempgx: process batch: records kept changing under %d attempts", maxRaceRetries))
+		}
+		var err error
+		if pending, err = s.insertBatch(ctx, tx, msgs, pending, results, stored); err != nil {
+			return nil, err
+		}
+	}
+	// Later occurrences of a key compare with what is now stored for it.
+	for i, m := range msgs {
+		if results[i] != 0 {
+			continue
+		}
+		if stored[recordRef{m.Scope, m.Key}] == m.Fingerprint {
+			results[i] = idem.Duplicate
+		} else {
+			results[i] = idem.Mismatched
+		}
+	}
+	return results, nil
+}
+
+// insertBatch inserts the dedupe rows of msgs[pending...], fills results
+// and stored for the ones it settles, and returns those that raced with an
+// expiry or deletion and must be inserted again.
+func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, msgs []idem.Message, pending []int, results []idem.ProcessResult, stored map[recordRef]idem.Fingerprint) ([]int, error) {
+	scopes := make([]string, len(pending))
+	keys := make([]string, len(pending))
+	fps := make([][]byte, len(pending))
+	rets := make([]int64, len(pending))
+	for n, i := range pending {
+		m := &msgs[i]
+		scopes[n], keys[n], fps[n], rets[n] = m.Scope, m.Key, m.Fingerprint[:], micros(m.RetentionOrDefault())
+	}
+	rows, err := tx.Query(ctx, s.q.processBatch, scopes, keys, fps, rets)
+	if err != nil {
+		return nil, s.wrap("process batch", err)
+	}
+	fresh := make(map[recordRef]bool, len(pending))
+	var ref recordRef
+	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key}, func() error {
+		fresh[ref] = true
+		return nil
+	}); err != nil {
+		return nil, s.wrap("process batch", err)
+	}
+	var conflicted []int
+	for _, i := range pending {
+		m := &msgs[i]
+		if fresh[recordRef{m.Scope, m.Key}] {
+			results[i] = idem.Processed
+			stored[recordRef{m.Scope, m.Key}] = m.Fingerprint
+		} else {
+			conflicted = append(conflicted, i)
+		}
+	}
+	if len(conflicted) == 0 {
+		return nil, nil
+	}
+
+	scopes, keys = scopes[:0], keys[:0]
+	for _, i := range conflicted {
+		scopes, keys = append(scopes, msgs[i].Scope), append(keys, msgs[i].Key)
+	}
+	rows, err = tx.Query(ctx, s.q.processLookup, scopes, keys)
+	if err != nil {
+		return nil, s.wrap("process batch", err)
+	}
+	found := make(map[recordRef]existing, len(conflicted))
+	var (
+		e     existing
+		state string
+		fp    []byte
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &e.live, &e.expired}, func() error {
+		e.state = idem.State(state)
+		copy(e.fp[:], fp)
+		found[ref] = e
+		return nil
+	}); err != nil {
+		return nil, s.wrap("process batch", err)
+	}
+	var again []int
+	for _, i := range conflicted {
+		m := msgs[i]
+		ref := recordRef{m.Scope, m.Key}
+		e, ok := found[ref]
+		if !ok {
+			again = append(again, i) // deleted or purged since the insert
+			continue
+		}
+		res, retry, err := e.judge(m)
+		switch {
+		case retry:
+			again = append(again, i)
+		case res == idem.Mismatched:
+			results[i] = res
+			stored[ref] = e.fp
+		case err != nil:
+			return nil, fmt.Errorf("idempgx: process batch message %d: %w", i, err)
+		default:
+			results[i] = res
+			stored[ref] = e.fp
+		}
+	}
+	return again, nil
+}
+
+// inTx runs fn in a transaction from the pool and commits if fn asks to.
+// A commit that fails without a server answer may or may not have
+// committed; it is returned as retryable because redelivering a committed
+// message is harmless (it is then a Duplicate).
+func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit bool, err error)) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.wrap(op+": begin", err)
+	}
+	commit, err := fn(tx)
+	if err != nil || !commit {
+		// The rollback must run even when ctx is what failed; otherwise the
+		// connection goes back to the pool mid-transaction.
+		rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rbErr := tx.Rollback(rbCtx)
+		cancel()
+		if err == nil && rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+			return s.wrap(op+": rollback", rbErr)
+		}
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// The server answered: the transaction rolled back.
+			return s.wrap(op+": commit", err)
+		}
+		return fmt.Errorf("idempgx: %s: commit outcome unknown: %w", op, idem.Retryable(err))
+	}
+	return nil
+}

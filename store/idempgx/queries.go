@@ -1,0 +1,86 @@
+package idempgx
+
+import "github.com/jackc/pgx/v5"
+
+// queries holds the store's SQL with the schema-qualified table name built
+// once. The only text spliced into SQL is the table identifier, quoted by
+// pgx.Identifier.Sanitize; every value is a parameter.
+type queries struct {
+	claim, getLive, get, complete, release, extend, delete, purge string
+	processOne, processBatch, processLookup                          string
+}
+
+// takeoverCondition says when an existing row counts as absent for an
+// insert of a record with fingerprint excluded.fingerprint: a completed
+// record past its retention (whatever its fingerprint) or a lease that
+// expired for the same content. A lease for other content is a mismatch
+// even after it expired.
+const takeoverCondition = `(r.state = 'completed' AND r.expires_at <= now())
+	OR (r.state = 'in_progress' AND r.lease_expires_at <= now() AND r.fingerprint = excluded.fingerprint)`
+
+func newQueries(schema string) queries {
+	t := pgx.Identifier{schema, "idem_records"}.Sanitize()
+	return queries{
+		// The token column defaults to nextval of the schema's sequence, so
+		// excluded.token is a fresh token also on the update path. created_at
+		// survives a takeover, so "created before this statement" tells a
+		// takeover from a fresh insert: an expired lease was created at least
+		// one microsecond before it expired.
+		claim: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, lease_expires_at, expires_at)
+VALUES ($1, $2, 'in_progress', $3, now(), now() + $4 * interval '1 microsecond', now() + $4 * interval '1 microsecond')
+ON CONFLICT (scope, key) DO UPDATE SET
+	state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token,
+	result = NULL, failed = false, tombstone = false,
+	created_at = CASE WHEN r.state = 'in_progress' THEN r.created_at ELSE excluded.created_at END,
+	lease_expires_at = excluded.lease_expires_at, completed_at = NULL, expires_at = excluded.expires_at
+WHERE ` + takeoverCondition + `
+RETURNING token, lease_expires_at, created_at < now()`,
+
+		getLive: `SELECT ` + recordColumns + `, coalesce(lease_expires_at > now(), false), expires_at <= now()
+FROM ` + t + ` WHERE scope = $1 AND key = $2`,
+
+		get: `SELECT ` + recordColumns + ` FROM ` + t + ` WHERE scope = $1 AND key = $2`,
+
+		complete: `UPDATE ` + t + ` SET state = 'completed', result = $4, failed = $5, tombstone = $6,
+	lease_expires_at = NULL, completed_at = now(), expires_at = now() + $7 * interval '1 microsecond'
+WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress'`,
+
+		release: `DELETE FROM ` + t + ` WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress'`,
+
+		extend: `UPDATE ` + t + ` SET lease_expires_at = now() + $4 * interval '1 microsecond',
+	expires_at = now() + $4 * interval '1 microsecond'
+WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress'
+RETURNING lease_expires_at`,
+
+		delete: `DELETE FROM ` + t + ` WHERE scope = $1 AND key = $2`,
+
+		// SKIP LOCKED lets a purge run beside live traffic (and beside
+		// another purge) without waiting on row locks.
+		purge: `DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM ` + t + ` WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`,
+
+		processOne: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
+VALUES ($1, $2, 'completed', $3, now(), now(), now() + $4 * interval '1 microsecond')
+ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
+WHERE ` + takeoverCondition + `
+RETURNING true`,
+
+		// The input arrays are sorted by (scope, key) so that concurrent
+		// batches lock rows in the same order and cannot deadlock.
+		processBatch: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
+SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
+ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
+WHERE ` + takeoverCondition + `
+RETURNING r.scope, r.key`,
+
+		processLookup: `SELECT r.scope, r.key, r.state, r.fingerprint,
+	coalesce(r.lease_expires_at > now(), false), r.expires_at <= now()
+FROM ` + t + ` AS r JOIN unnest($1::text[], $2::text[]) AS u(scope, key) ON r.scope = u.scope AND r.key = u.key`,
+	}
+}
+
+// processSet replaces an expired row with a fresh completed dedupe record.
+const processSet = `state = 'completed', fingerprint = excluded.fingerprint, token = excluded.token,
+	result = NULL, failed = false, tombstone = false, created_at = excluded.created_at,
+	lease_expires_at = NULL, completed_at = excluded.completed_at, expires_at = excluded.expires_at`

@@ -1,0 +1,334 @@
+package idempgx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a [Store]. A nil pointer, and zero fields, mean the
+// defaults documented on each field.
+type Config struct {
+	// Schema holds the idem tables. Default "public".
+	Schema string
+	// MaxResultBytes bounds a stored result; a larger one turns the record
+	// into a tombstone. Default idem.DefaultMaxResultBytes.
+	MaxResultBytes int
+	// Logger receives purge progress and retried races. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// PurgeBatch is how many rows one Purge statement deletes when Purge is
+	// called with limit 0. Default 1000.
+	PurgeBatch int
+}
+
+// MaxBatch is the largest batch ProcessBatch accepts, so that one statement's
+// parameters stay bounded.
+const MaxBatch = 10000
+
+// maxRaceRetries bounds how often an operation re-runs after a record changed
+// between its two statements (deleted, purged or expired meanwhile). Each
+// retry needs another writer to win a race, so this is never reached in
+// practice; the bound only turns a livelock into an error.
+const maxRaceRetries = 64
+
+// Store is an [idem.Store] on PostgreSQL, plus the transactional path
+// ([Store.Process], [Store.ProcessBatch] and their Tx variants). It is safe
+// for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	schema string
+	q      queries
+}
+
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Durable = (*Store)(nil)
+)
+
+// New returns a Store over pool. It does not touch the database; call
+// [Store.Check] at start-up to fail early on an unreachable server or an
+// unmigrated schema.
+func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("idempgx: nil pool")
+	}
+	s := &Store{pool: pool}
+	if cfg != nil {
+		s.cfg = *cfg
+	}
+	if s.cfg.Schema == "" {
+		s.cfg.Schema = "public"
+	}
+	if s.cfg.MaxResultBytes < 0 {
+		return nil, fmt.Errorf("%w: MaxResultBytes must not be negative, got %d", idem.ErrInvalidConfig, s.cfg.MaxResultBytes)
+	}
+	if s.cfg.MaxResultBytes == 0 {
+		s.cfg.MaxResultBytes = idem.DefaultMaxResultBytes
+	}
+	if s.cfg.PurgeBatch < 0 {
+		return nil, fmt.Errorf("%w: PurgeBatch must not be negative, got %d", idem.ErrInvalidConfig, s.cfg.PurgeBatch)
+	}
+	if s.cfg.PurgeBatch == 0 {
+		s.cfg.PurgeBatch = 1000
+	}
+	if s.cfg.Logger == nil {
+		s.cfg.Logger = slog.Default()
+	}
+	s.schema = s.cfg.Schema
+	s.q = newQueries(s.schema)
+	return s, nil
+}
+
+// Durable reports true: records are in PostgreSQL.
+func (s *Store) Durable() bool { return true }
+
+// Pool returns the pool the store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Config returns the effective configuration, defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+// Check verifies that the server is reachable and the schema is fully
+// migrated. It returns a [*NotMigratedError] (wrapping [ErrNotMigrated]) for
+// a schema that is behind.
+func (s *Store) Check(ctx context.Context) error {
+	m, err := NewMigrator(s.pool, &MigratorConfig{Schema: s.schema})
+	if err != nil {
+		return err
+	}
+	v, err := m.Version(ctx)
+	if err != nil {
+		return fmt.Errorf("idempgx: check %s: %w", redactedTarget(s.pool), err)
+	}
+	if v < LatestVersion() {
+		return &NotMigratedError{Schema: s.schema, Version: v, Want: LatestVersion()}
+	}
+	return nil
+}
+
+// redactedTarget names the server without credentials, for error messages.
+func redactedTarget(pool *pgxpool.Pool) string {
+	cc := pool.Config().ConnConfig
+	return fmt.Sprintf("postgres at %s:%d/%s", cc.Host, cc.Port, cc.Database)
+}
+
+// wrap adds context to a database error, marks transient ones retryable and
+// turns a missing idem table into ErrNotMigrated.
+func (s *Store) wrap(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("idempgx: %s: %w: schema %s has no idem tables; run `idem migrate up --store postgres://…` (%w)",
+			op, ErrNotMigrated, s.schema, err)
+	}
+	return fmt.Errorf("idempgx: %s: %w", op, classify(err))
+}
+
+// micros converts a duration to whole microseconds, PostgreSQL's timestamp
+// resolution, rounding up so that a positive duration never becomes zero.
+func micros(d time.Duration) int64 {
+	us := d / time.Microsecond
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	return int64(us)
+}
+
+// recordColumns is the column list scanned by scanRecord.
+const recordColumns = `scope, key, state, fingerprint, token, result, failed, tombstone,
+	created_at, lease_expires_at, completed_at, expires_at`
+
+// scanRecord reads recordColumns plus any extra destinations.
+func scanRecord(row pgx.Row, extra ...any) (idem.Record, error) {
+	var (
+		r                  idem.Record
+		state              string
+		fp                 []byte
+		lease, done, until *time.Time
+	)
+	dest := append([]any{&r.Scope, &r.Key, &state, &fp, &r.Token, &r.Result, &r.Failed, &r.Tombstone,
+		&r.CreatedAt, &lease, &done, &until}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return idem.Record{}, err
+	}
+	r.State = idem.State(state)
+	copy(r.Fingerprint[:], fp)
+	if lease != nil {
+		r.LeaseExpiresAt = *lease
+	}
+	if done != nil {
+		r.CompletedAt = *done
+	}
+	if until != nil {
+		r.ExpiresAt = *until
+	}
+	return r, nil
+}
+
+// Claim implements [idem.Store]. The common cases (a new key, a takeover,
+// an expired completed record) take one statement; a key that is held,
+// completed or mismatched takes a second one to read it.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := idem.ValidateClaim(req); err != nil {
+		return idem.Claim{}, err
+	}
+	for range maxRaceRetries {
+		var c idem.Claim
+		err := s.pool.QueryRow(ctx, s.q.claim, req.Scope, req.Key, req.Fingerprint[:], micros(req.Lease)).
+			Scan(&c.Token, &c.LeaseExpiresAt, &c.Takeover)
+		if err == nil {
+			c.Outcome = idem.Acquired
+			return c, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return idem.Claim{}, s.wrap("claim", err)
+		}
+		var liveLease, expired bool
+		rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.getLive, req.Scope, req.Key), &liveLease, &expired)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // deleted or purged since the insert: claim again
+		}
+		if err != nil {
+			return idem.Claim{}, s.wrap("claim", err)
+		}
+		switch {
+		case rec.State == idem.StateCompleted && expired:
+			continue // its retention ended since the insert
+		case rec.Fingerprint != req.Fingerprint:
+			return idem.Claim{Outcome: idem.Mismatch, Record: &rec}, nil
+		case rec.State == idem.StateCompleted:
+			return idem.Claim{Outcome: idem.Completed, Record: &rec}, nil
+		case liveLease:
+			return idem.Claim{Outcome: idem.InProgress, Record: &rec}, nil
+		}
+		// The lease expired since the insert: take it over.
+		s.cfg.Logger.DebugContext(ctx, "idempgx: claim raced with a lease expiry, retrying", "scope", req.Scope, "key", req.Key)
+	}
+	return idem.Claim{}, idem.Retryable(fmt.Errorf("idempgx: claim: record kept changing under %d attempts", maxRaceRetries))
+}
+
+// Complete implements [idem.Store].
+func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if err := idem.ValidateComplete(req); err != nil {
+		return err
+	}
+	result, tombstone := req.Result, false
+	if len(result) > s.cfg.MaxResultBytes {
+		result, tombstone = nil, true
+		s.cfg.Logger.WarnContext(ctx, "idempgx: result too large to store, keeping a tombstone",
+			"scope", req.Scope, "key", req.Key, "bytes", len(req.Result), "limit", s.cfg.MaxResultBytes)
+	} else if result == nil {
+		// A nil result is a valid empty result, not a tombstone.
+		result = []byte{}
+	}
+	tag, err := s.pool.Exec(ctx, s.q.complete, req.Scope, req.Key, req.Token, result, req.Failed, tombstone, micros(req.Retention))
+	if err != nil {
+		return s.wrap("complete", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("idempgx: complete %q: %w", req.Key, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Release implements [idem.Store].
+func (s *Store) Release(ctx context.Context, scope, key string, token int64) error {
+	if err := idem.Validate(scope, key); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.release, scope, key, token)
+	if err != nil {
+		return s.wrap("release", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("idempgx: release %q: %w", key, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Extend implements [idem.Store].
+func (s *Store) Extend(ctx context.Context, scope, key string, token int64, lease time.Duration) (time.Time, error) {
+	if err := idem.Validate(scope, key); err != nil {
+		return time.Time{}, err
+	}
+	if lease <= 0 {
+		return time.Time{}, fmt.Errorf("%w: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
+	}
+	var until time.Time
+	err := s.pool.QueryRow(ctx, s.q.extend, scope, key, token, micros(lease)).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, fmt.Errorf("idempgx: extend %q: %w", key, idem.ErrLeaseLost)
+	}
+	if err != nil {
+		return time.Time{}, s.wrap("extend", err)
+	}
+	return until, nil
+}
+
+// Get implements [idem.Store].
+func (s *Store) Get(ctx context.Context, scope, key string) (idem.Record, error) {
+	if err := idem.Validate(scope, key); err != nil {
+		return idem.Record{}, err
+	}
+	rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.get, scope, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Record{}, fmt.Errorf("idempgx: get %q: %w", key, idem.ErrNotFound)
+	}
+	if err != nil {
+		return idem.Record{}, s.wrap("get", err)
+	}
+	return rec, nil
+}
+
+// Delete implements [idem.Store].
+func (s *Store) Delete(ctx context.Context, scope, key string) error {
+	if err := idem.Validate(scope, key); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.delete, scope, key)
+	if err != nil {
+		return s.wrap("delete", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("idempgx: delete %q: %w", key, idem.ErrNotFound)
+	}
+	return nil
+}
+
+// Purge implements [idem.Store]: each batch is one short autocommit
+// statement that skips rows other transactions hold, so it never blocks
+// claims for long and never holds one long transaction.
+func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
+	if limit < 0 {
+		return 0, fmt.Errorf("%w: purge limit must not be negative, got %d", idem.ErrInvalidConfig, limit)
+	}
+	if limit == 0 {
+		limit = s.cfg.PurgeBatch
+	}
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, s.q.purge, limit)
+		if err != nil {
+			return total, s.wrap("purge", err)
+		}
+		n := tag.RowsAffected()
+		total += n
+		if n < int64(limit) {
+			if total > 0 {
+				s.cfg.Logger.DebugContext(ctx, "idempgx: purged expired records", "schema", s.schema, "rows", total)
+			}
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("idempgx: purge: %w", err)
+		}
+	}
+}
