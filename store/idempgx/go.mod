@@ -6,7 +6,10 @@ require github.com/idem-go/idem v0.0.0
 
 replace github.com/idem-go/idem => ../..
 
-require github.com/jackc/pgx/v5 v5.12.0
+require (
+	github.com/idem-go/idem/store/idemstoretest v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.12.0
+)
 
 require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect

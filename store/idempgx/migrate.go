@@ -250,7 +250,7 @@ func (m *Migrator) step(ctx context.Context, fn func(ctx context.Context, tx pgx
 			stmts = append([]string{"CREATE SCHEMA " + schema}, stmts...)
 		}
 		stmts = append(stmts,
-			"CREATE TABLE IF NOT EXISTS " + m.table("idem_migrations") + ` (
+			"CREATE TABLE IF NOT EXISTS "+m.table("idem_migrations")+` (
 	version    integer     PRIMARY KEY,
 	name       text        NOT NULL,
 	applied_at timestamptz NOT NULL DEFAULT now()

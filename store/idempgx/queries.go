@@ -7,7 +7,7 @@ import "github.com/jackc/pgx/v5"
 // pgx.Identifier.Sanitize; every value is a parameter.
 type queries struct {
 	claim, getLive, get, complete, release, extend, delete, purge string
-	processOne, processBatch, processLookup                          string
+	processOne, processBatch, processLookup                       string
 }
 
 // takeoverCondition says when an existing row counts as absent for an
