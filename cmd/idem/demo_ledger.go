@@ -207,7 +207,11 @@ func writeTable(w io.Writer, r demoResult) {
 	if r.Workers > 0 {
 		row(fmt.Sprintf("idem balance, %d workers", r.Workers), dollars(r.Concurrent), exactNote(r.Concurrent, r.Expected))
 	}
-	row("duplicates skipped", strconv.Itoa(r.Skipped), fmt.Sprintf("of %d", dups))
+	skipNote := fmt.Sprintf("of %d", dups)
+	if r.Workers > 0 {
+		skipNote += fmt.Sprintf("; %d with %d workers", r.ConcurrentSkipped, r.Workers)
+	}
+	row("duplicates skipped", strconv.Itoa(r.Skipped), skipNote)
 }
 
 func exactNote(got, want int64) string {

@@ -135,7 +135,16 @@ func openMigrator(ctx context.Context, cfg storeConfig) (m migrator, close func(
 // redactDSN hides a password in dsn so errors can show it.
 func redactDSN(dsn string) string {
 	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
+	if err != nil {
+		// Unparseable: still never echo what may be a password.
+		if scheme, rest, ok := strings.Cut(dsn, "://"); ok {
+			if at := strings.LastIndex(rest, "@"); at >= 0 {
+				return scheme + "://xxxxx" + rest[at:]
+			}
+		}
+		return dsn
+	}
+	if u.User == nil {
 		return dsn
 	}
 	if _, has := u.User.Password(); !has {

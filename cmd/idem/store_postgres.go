@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/store/idempgx"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func init() {
+	registerBackend(backend{
+		Name:       "PostgreSQL",
+		Schemes:    []string{"postgres", "postgresql"},
+		Example:    "postgres://USER@HOST:PORT/DB",
+		Open:       openPostgres,
+		Migrator:   openPostgresMigrator,
+		Migrations: postgresMigrations,
+	})
+}
+
+// pgConnectTimeout bounds connecting when the DSN sets no connect_timeout,
+// so a firewalled host fails in seconds instead of hanging the CLI.
+const pgConnectTimeout = 10 * time.Second
+
+// openPool parses cfg.DSN and connects, turning the usual failures into one
+// line that says what to check.
+func openPool(ctx context.Context, cfg storeConfig) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("invalid --store %q: %s; want postgres://USER[:PASSWORD]@HOST:PORT/DB", redactDSN(cfg.DSN), pgCause(err))
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = pgConnectTimeout
+	}
+	// The CLI runs a few statements one after the other.
+	pc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("invalid --store %q: %s", redactDSN(cfg.DSN), pgCause(err))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, pgUnreachable(pc, err)
+	}
+	return pool, nil
+}
+
+// pgUnreachable explains a failed connection.
+func pgUnreachable(pc *pgxpool.Config, err error) error {
+	cc := pc.ConnConfig
+	return fmt.Errorf("cannot connect to PostgreSQL at %s:%d/%s as %s: %s; check that the server is running and that --store (IDEM_STORE) is right",
+		cc.Host, cc.Port, cc.Database, cc.User, pgCause(err))
+}
+
+// pgCause digs the informative part out of a pgx error chain: the server's
+// message, the network error, or the whole text.
+func pgCause(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Sprintf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Err != nil {
+		return opErr.Err.Error()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out"
+	}
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) && errors.Unwrap(pe) != nil {
+		return errors.Unwrap(pe).Error()
+	}
+	return err.Error()
+}
+
+func pgConfig(cfg storeConfig) *idempgx.Config {
+	return &idempgx.Config{Schema: cfg.Schema}
+}
+
+func openPostgres(ctx context.Context, cfg storeConfig) (idem.Store, func() error, error) {
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeFn := func() error { pool.Close(); return nil }
+	s, err := idempgx.New(pool, pgConfig(cfg))
+	if err == nil {
+		err = s.Check(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		var nm *idempgx.NotMigratedError
+		if errors.As(err, &nm) {
+			return nil, nil, notMigratedError(backends["postgres"], cfg, fmt.Sprintf("schema %s at version %d of %d", nm.Schema, nm.Version, nm.Want))
+		}
+		return nil, nil, err
+	}
+	return s, closeFn, nil
+}
+
+func openPostgresMigrator(ctx context.Context, cfg storeConfig) (migrator, func() error, error) {
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := idempgx.NewMigrator(pool, &idempgx.MigratorConfig{Schema: cfg.Schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pgMigrator{m}, func() error { pool.Close(); return nil }, nil
+}
+
+type pgMigrator struct{ m *idempgx.Migrator }
+
+func (p pgMigrator) Up(ctx context.Context) ([]int, error) {
+	res, err := p.m.Up(ctx)
+	return res.Versions, err
+}
+
+func (p pgMigrator) Down(ctx context.Context, steps int) ([]int, error) {
+	res, err := p.m.Down(ctx, steps)
+	return res.Versions, err
+}
+
+func (p pgMigrator) Status(ctx context.Context) ([]migrationStatus, error) {
+	st, err := p.m.Status(ctx)
+	out := make([]migrationStatus, len(st))
+	for i, m := range st {
+		out[i] = migrationStatus{Version: m.Version, Name: m.Name, Applied: m.Applied, AppliedAt: m.AppliedAt}
+	}
+	return out, err
+}
+
+func postgresMigrations() []migrationSQL {
+	ms := idempgx.Migrations()
+	out := make([]migrationSQL, len(ms))
+	for i, m := range ms {
+		out[i] = migrationSQL{Version: m.Version, Name: m.Name, Up: m.Up, Down: m.Down}
+	}
+	return out
+}
