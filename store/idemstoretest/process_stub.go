@@ -1,5 +1,0 @@
-package idemstoretest
-
-import "testing"
-
-func runProcess(t *testing.T, newEnv func(t *testing.T) ProcessEnv) {}
