@@ -1,0 +1,298 @@
+package idempgx_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/store/idempgx"
+	"github.com/jackc/pgx/v5"
+)
+
+func (e *processEnv) mustEffects(t *testing.T) map[string]int {
+	t.Helper()
+	m, err := e.Effects(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestProcessSingle(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	msg := idem.Message{Scope: "orders", Key: "o-1", Fingerprint: fp("v1")}
+
+	boom := errors.New("boom")
+	if res, err := e.Process(ctx, msg, boom); !errors.Is(err, boom) || res != 0 {
+		t.Fatalf("failing handler = %v, %v; want its error", res, err)
+	}
+	if n := e.mustEffects(t)["o-1"]; n != 0 {
+		t.Fatalf("failed handler left %d effects", n)
+	}
+	if _, err := e.s.Get(ctx, "orders", "o-1"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("failed handler left a dedupe record: %v", err)
+	}
+	for i, want := range []idem.ProcessResult{idem.Processed, idem.Duplicate, idem.Duplicate} {
+		if res, err := e.Process(ctx, msg, nil); err != nil || res != want {
+			t.Fatalf("delivery %d = %v, %v; want %v", i, res, err, want)
+		}
+	}
+	changed := msg
+	changed.Fingerprint = fp("v2")
+	res, err := e.Process(ctx, changed, nil)
+	if res != idem.Mismatched || !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("changed content = %v, %v; want Mismatched", res, err)
+	}
+	if n := e.mustEffects(t)["o-1"]; n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+	rec, err := e.s.Get(ctx, "orders", "o-1")
+	if err != nil || rec.State != idem.StateCompleted || time.Until(rec.ExpiresAt) < 23*time.Hour {
+		t.Fatalf("dedupe record = %+v, %v; want completed with the default retention", rec, err)
+	}
+}
+
+func TestProcessRetentionWindow(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	msg := idem.Message{Key: "w", Retention: 30 * time.Millisecond}
+	if res, err := e.Process(ctx, msg, nil); err != nil || res != idem.Processed {
+		t.Fatal(res, err)
+	}
+	if res, err := e.Process(ctx, msg, nil); err != nil || res != idem.Duplicate {
+		t.Fatal(res, err)
+	}
+	time.Sleep(80 * time.Millisecond)
+	// After the window, the same message runs again (and other content is new).
+	msg.Fingerprint = fp("other")
+	if res, err := e.Process(ctx, msg, nil); err != nil || res != idem.Processed {
+		t.Fatalf("after the window = %v, %v; want Processed", res, err)
+	}
+	if n := e.mustEffects(t)["w"]; n != 2 {
+		t.Fatalf("effects = %d, want 2", n)
+	}
+}
+
+func TestProcessConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	const workers = 24
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		counts = map[idem.ProcessResult]int{}
+	)
+	for range workers {
+		wg.Go(func() {
+			res, err := e.s.Process(ctx, idem.Message{Key: "pay-1", Fingerprint: fp("p")}, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "INSERT INTO "+e.effects+" (key) VALUES ('pay-1')")
+				time.Sleep(5 * time.Millisecond) // keep the row lock while others arrive
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			counts[res]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if counts[idem.Processed] != 1 || counts[idem.Duplicate] != workers-1 {
+		t.Fatalf("results %v; want 1 processed and %d duplicates", counts, workers-1)
+	}
+	if n := e.mustEffects(t)["pay-1"]; n != 1 {
+		t.Fatalf("effects = %d, want exactly 1", n)
+	}
+}
+
+func TestProcessGuardLease(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	c, err := e.s.Claim(ctx, idem.ClaimRequest{Key: "g", Fingerprint: fp("g"), Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := idem.Message{Key: "g", Fingerprint: fp("g")}
+	if _, err := e.Process(ctx, msg, nil); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("process of a key under a live lease = %v; want ErrInProgress", err)
+	}
+	if _, err := e.ProcessBatch(ctx, []idem.Message{{Key: "other"}, msg}, nil); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("batch with a key under a live lease = %v; want ErrInProgress", err)
+	}
+	if n := len(e.mustEffects(t)); n != 0 {
+		t.Fatalf("effects %v; want none", e.mustEffects(t))
+	}
+	// Once the lease expires, Process takes the key over.
+	if _, err := e.s.Extend(ctx, "", "g", c.Token, time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if res, err := e.Process(ctx, msg, nil); err != nil || res != idem.Processed {
+		t.Fatalf("process after the lease expired = %v, %v", res, err)
+	}
+}
+
+func TestProcessBatch(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	if res, err := e.Process(ctx, idem.Message{Key: "seen", Fingerprint: fp("s")}, nil); err != nil || res != idem.Processed {
+		t.Fatal(res, err)
+	}
+	if res, err := e.Process(ctx, idem.Message{Key: "taken", Fingerprint: fp("t")}, nil); err != nil || res != idem.Processed {
+		t.Fatal(res, err)
+	}
+	msgs := []idem.Message{
+		{Key: "b", Fingerprint: fp("b")},
+		{Key: "seen", Fingerprint: fp("s")},           // Duplicate of an earlier delivery
+		{Key: "a", Fingerprint: fp("a")},              // fresh
+		{Key: "b", Fingerprint: fp("b")},              // repeated within the batch
+		{Key: "b", Fingerprint: fp("B")},              // repeated with other content
+		{Key: "taken", Fingerprint: fp("x")},          // key reused with other content
+		{Key: "taken", Fingerprint: fp("t")},          // the stored content: Duplicate
+		{Scope: "s2", Key: "a", Fingerprint: fp("z")}, // same key, other scope: fresh
+	}
+	var handed []int
+	res, err := e.s.ProcessBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, fresh []int) error {
+		handed = fresh
+		for _, i := range fresh {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+e.effects+" (key) VALUES ($1)", msgs[i].Scope+"/"+msgs[i].Key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []idem.ProcessResult{idem.Processed, idem.Duplicate, idem.Processed, idem.Duplicate, idem.Mismatched, idem.Mismatched, idem.Duplicate, idem.Processed}
+	if fmt.Sprint(res) != fmt.Sprint(want) {
+		t.Fatalf("results %v\nwant    %v", res, want)
+	}
+	if fmt.Sprint(handed) != "[0 2 7]" {
+		t.Fatalf("handler got %v, want [0 2 7]", handed)
+	}
+	// The whole batch again: nothing is fresh and the handler is not called.
+	res, err = e.s.ProcessBatch(ctx, msgs[:4], func(context.Context, pgx.Tx, []int) error {
+		t.Error("handler called without fresh messages")
+		return nil
+	})
+	if err != nil || fmt.Sprint(res) != fmt.Sprint([]idem.ProcessResult{idem.Duplicate, idem.Duplicate, idem.Duplicate, idem.Duplicate}) {
+		t.Fatalf("redelivered batch = %v, %v", res, err)
+	}
+	if res, err := e.s.ProcessBatch(ctx, nil, func(context.Context, pgx.Tx, []int) error { return nil }); err != nil || res != nil {
+		t.Fatalf("empty batch = %v, %v", res, err)
+	}
+}
+
+func TestProcessBatchHandlerErrorRollsBack(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	msgs := []idem.Message{{Key: "x"}, {Key: "y"}}
+	boom := errors.New("boom")
+	if res, err := e.ProcessBatch(ctx, msgs, boom); !errors.Is(err, boom) || res != nil {
+		t.Fatalf("failing batch = %v, %v", res, err)
+	}
+	if len(e.mustEffects(t)) != 0 {
+		t.Fatal("failed batch left effects")
+	}
+	res, err := e.ProcessBatch(ctx, msgs, nil)
+	if err != nil || res[0] != idem.Processed || res[1] != idem.Processed {
+		t.Fatalf("redelivery after failure = %v, %v; want both processed", res, err)
+	}
+}
+
+func TestProcessBatchConcurrentOverlapping(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	// 12 consumers each get the same 40 keys in a different order: without
+	// a common lock order they would deadlock; with it each key has one effect.
+	const consumers, keys = 12, 40
+	var wg sync.WaitGroup
+	for c := range consumers {
+		wg.Go(func() {
+			msgs := make([]idem.Message, keys)
+			for i := range keys {
+				msgs[i] = idem.Message{Key: fmt.Sprintf("k%02d", (i*7+c*13)%keys)}
+			}
+			if _, err := e.ProcessBatch(ctx, msgs, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	got := e.mustEffects(t)
+	if len(got) != keys {
+		t.Fatalf("%d keys have effects, want %d", len(got), keys)
+	}
+	for k, n := range got {
+		if n != 1 {
+			t.Errorf("key %s has %d effects", k, n)
+		}
+	}
+}
+
+func TestProcessInvalidInput(t *testing.T) {
+	t.Parallel()
+	s, err := idempgx.New(testPool(t), &idempgx.Config{Schema: "idem_does_not_exist"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	ok := func(context.Context, pgx.Tx) error { return nil }
+	okBatch := func(context.Context, pgx.Tx, []int) error { return nil }
+	if _, err := s.Process(ctx, idem.Message{Key: ""}, ok); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("empty key: %v", err)
+	}
+	if _, err := s.Process(ctx, idem.Message{Key: "k", Retention: -time.Second}, ok); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("negative retention: %v", err)
+	}
+	if _, err := s.Process(ctx, idem.Message{Key: "k"}, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("nil handler: %v", err)
+	}
+	if _, err := s.ProcessBatch(ctx, []idem.Message{{Key: "k"}, {Key: "bad\x00"}}, okBatch); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("batch with bad key: %v", err)
+	}
+	if _, err := s.ProcessBatch(ctx, []idem.Message{{Key: "k"}}, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("batch with nil handler: %v", err)
+	}
+	if _, err := s.ProcessBatch(ctx, make([]idem.Message, idempgx.MaxBatch+1), okBatch); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("oversized batch: %v", err)
+	}
+	if _, err := s.Process(ctx, idem.Message{Key: "k"}, ok); !errors.Is(err, idempgx.ErrNotMigrated) {
+		t.Errorf("process on unmigrated schema: %v", err)
+	}
+}
+
+func TestProcessCommitFailureIsReported(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	// A deferred constraint fails at commit: the server answered, so the
+	// error is not retryable and nothing was recorded.
+	if _, err := e.s.Pool().Exec(ctx, "CREATE TABLE "+qualified(e.s, "deferred")+" (id int UNIQUE DEFERRABLE INITIALLY DEFERRED)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.s.Process(ctx, idem.Message{Key: "d"}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+qualified(e.s, "deferred")+" VALUES (1), (1)")
+		return err
+	})
+	if err == nil || idem.IsRetryable(err) {
+		t.Fatalf("commit with a deferred violation = %v; want a non-retryable error", err)
+	}
+	if _, err := e.s.Get(ctx, "", "d"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("failed commit left a record: %v", err)
+	}
+}
