@@ -57,7 +57,7 @@ here, so the demo never writes its tables into your real store by accident.`,
 	f.StringVar(&o.store, "store", "", "SQLite store for the ledger, sqlite://PATH (default: a temporary file)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the delivery order and amounts")
 	envFlag(cmd, "seed", "IDEM_DEMO_SEED")
-	f.IntVar(&o.messages, "messages", 200, "number of distinct payment messages")
+	f.IntVar(&o.messages, "messages", 100, "number of distinct payment messages")
 	envFlag(cmd, "messages", "IDEM_DEMO_MESSAGES")
 	f.IntVar(&o.workers, "workers", 8, "goroutines of the concurrent idem run (0 skips it)")
 	envFlag(cmd, "workers", "IDEM_DEMO_WORKERS")

@@ -55,7 +55,13 @@ const (
 // run executes the idem command line args and returns the exit code. It is
 // main without the process: tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr}
+	return runEnv(ctx, args, stdout, stderr, os.Getenv)
+}
+
+// runEnv is run with the environment read through getenv, so tests can set
+// IDEM_* variables without touching the process environment.
+func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{stdout: stdout, stderr: stderr, getenv: getenv}
 	root := a.rootCmd()
 	root.SetArgs(args)
 	root.SetOut(stdout)

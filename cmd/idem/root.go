@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,18 +17,11 @@ var commands []func(a *app) *cobra.Command
 // app is the state one run of the command line shares between commands.
 type app struct {
 	stdout, stderr io.Writer
-	// getenv reads the environment; tests replace it. nil means os.Getenv.
+	// getenv reads the environment (os.Getenv outside tests).
 	getenv func(string) string
 	// ran is set once a command's RunE starts: an error before that point
 	// came from cobra's parsing and is a usage error.
 	ran bool
-}
-
-func (a *app) env(name string) string {
-	if a.getenv != nil {
-		return a.getenv(name)
-	}
-	return os.Getenv(name)
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -121,7 +113,7 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 		if err != nil || f.Changed || len(env) == 0 {
 			return
 		}
-		v := a.env(env[0])
+		v := a.getenv(env[0])
 		if v == "" {
 			return
 		}
