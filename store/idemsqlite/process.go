@@ -1,0 +1,274 @@
+package idemsqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/idem-go/idem"
+)
+
+// MaxBatch bounds the messages of one ProcessBatch call, so that one
+// statement's parameter stays a few megabytes at most.
+const MaxBatch = 10000
+
+// insertDedupe inserts the completed dedupe record, or replaces a record
+// that is past its window (completed) or its lease (in progress, same
+// fingerprint: a crashed Guard holder). RETURNING says whether it was fresh;
+// the database, not Go, decides, so concurrent duplicates are serialised by
+// the write lock and the primary key. Token 0: the transactional path holds
+// no lease, and a later Claim still draws a higher token from the counter.
+const insertDedupe = `INSERT INTO idem_records (` + recordColumns + `)
+	%s
+	ON CONFLICT (scope, key) DO UPDATE SET
+		state = 'completed', fingerprint = excluded.fingerprint, result = NULL, failed = 0, tombstone = 0,
+		created_at = excluded.created_at, lease_expires_at = NULL, completed_at = excluded.completed_at,
+		expires_at = excluded.expires_at
+	WHERE (idem_records.state = 'completed' AND idem_records.expires_at <= excluded.created_at)
+	   OR (idem_records.state = 'in_progress' AND idem_records.lease_expires_at <= excluded.created_at
+	       AND idem_records.fingerprint = excluded.fingerprint)
+	RETURNING scope, key`
+
+var (
+	insertOne = fmt.Sprintf(insertDedupe,
+		`VALUES (?1, ?2, 'completed', ?3, 0, NULL, 0, 0, ?4, NULL, ?4, ?5)`)
+	// The batch is one JSON array parameter: one statement however many
+	// messages, no dynamic SQL. ORDER BY keeps the first occurrence of a
+	// key inside the batch the one that is inserted.
+	insertMany = fmt.Sprintf(insertDedupe,
+		`SELECT json_extract(j.value, '$.s'), json_extract(j.value, '$.k'), 'completed',
+		unhex(json_extract(j.value, '$.f')), 0, NULL, 0, 0, ?1, NULL, ?1, ?1 + json_extract(j.value, '$.r')
+	FROM json_each(?2) AS j WHERE true ORDER BY j.key`)
+)
+
+// ProcessTx records msg as processed inside the caller's transaction tx and
+// reports what the caller must do:
+//
+//   - Processed, nil: the message is new; apply its effect in tx and commit.
+//     If tx rolls back, the dedupe record goes with it.
+//   - Duplicate, nil: it was processed before (within its window); skip it.
+//   - Mismatched, an error wrapping idem.ErrFingerprintMismatch: the key was
+//     seen with different content; nothing was recorded.
+//   - 0, an error wrapping idem.ErrInProgress: a Guard holds a live lease on
+//     the key.
+//
+// Call it first in the transaction (see [New]). Opened with [Open], every
+// transaction is BEGIN IMMEDIATE, so a concurrent duplicate waits for this
+// one to commit and then sees the conflict.
+func (s *Store) ProcessTx(ctx context.Context, tx *sql.Tx, msg idem.Message) (idem.ProcessResult, error) {
+	if err := msg.Validate(); err != nil {
+		return 0, err
+	}
+	if tx == nil {
+		return 0, errors.New("idemsqlite: ProcessTx: nil *sql.Tx")
+	}
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	now := micros(s.now())
+	rows, err := tx.QueryContext(ctx, insertOne, msg.Scope, msg.Key, msg.Fingerprint[:], now, now+msg.RetentionOrDefault().Microseconds())
+	if err != nil {
+		return 0, fmt.Errorf("idemsqlite: process: %w", classify(err))
+	}
+	fresh := rows.Next()
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, fmt.Errorf("idemsqlite: process: %w", classify(err))
+	}
+	if fresh {
+		return idem.Processed, nil
+	}
+	rec, found, err := getRecord(ctx, tx, msg.Scope, msg.Key)
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		// The row was not inserted and yet is gone: cannot happen inside one
+		// write transaction; report it rather than guess.
+		return 0, fmt.Errorf("idemsqlite: process (scope %q, key %q): conflicting record vanished", msg.Scope, msg.Key)
+	}
+	return classifyExisting(rec, msg)
+}
+
+// classifyExisting says what an existing, unexpired record means for msg.
+func classifyExisting(rec idem.Record, msg idem.Message) (idem.ProcessResult, error) {
+	switch {
+	case rec.Fingerprint != msg.Fingerprint:
+		return idem.Mismatched, fmt.Errorf("%w (scope %q, key %q)", idem.ErrFingerprintMismatch, msg.Scope, msg.Key)
+	case rec.State == idem.StateCompleted:
+		return idem.Duplicate, nil
+	}
+	return 0, fmt.Errorf("%w (scope %q, key %q): a lease holder is running it", idem.ErrInProgress, msg.Scope, msg.Key)
+}
+
+// Process runs fn for msg at most once: the dedupe record and fn's effect
+// commit together in one transaction, or neither does. It returns Processed
+// when fn ran and committed, Duplicate (fn did not run) or Mismatched with
+// an error wrapping idem.ErrFingerprintMismatch. When fn fails, everything
+// rolls back and Process returns 0 and fn's error wrapped, so a redelivery
+// runs fn again.
+func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx *sql.Tx) error) (idem.ProcessResult, error) {
+	if err := msg.Validate(); err != nil {
+		return 0, err
+	}
+	var res idem.ProcessResult
+	err := s.inTx(ctx, "process", func(tx *sql.Tx, _ int64) error {
+		var err error
+		res, err = s.ProcessTx(ctx, tx, msg)
+		if err != nil {
+			return err
+		}
+		if res != idem.Processed {
+			return errRollback
+		}
+		if err := fn(ctx, tx); err != nil {
+			res = 0
+			return fmt.Errorf("idemsqlite: process (scope %q, key %q): handler: %w", msg.Scope, msg.Key, err)
+		}
+		return nil
+	})
+	if errors.Is(err, errRollback) {
+		err = nil
+	}
+	if err != nil && res == idem.Processed {
+		// The commit failed: nothing was recorded.
+		res = 0
+	}
+	return res, err
+}
+
+type batchItem struct {
+	S string `json:"s"`
+	K string `json:"k"`
+	F string `json:"f"`
+	R int64  `json:"r"`
+}
+
+type scopeKey struct{ scope, key string }
+
+// ProcessBatchTx records a batch of messages in the caller's transaction
+// with one INSERT and returns one result per message: Processed for the
+// fresh ones (apply their effects in tx), Duplicate for those seen before or
+// repeated inside the batch (the first occurrence is the fresh one), and
+// Mismatched for keys seen with different content (nothing recorded for
+// them; the error is nil, the result says it). A key held by a live Guard
+// lease fails the whole call with an error wrapping idem.ErrInProgress:
+// roll tx back and retry later.
+func (s *Store) ProcessBatchTx(ctx context.Context, tx *sql.Tx, msgs []idem.Message) ([]idem.ProcessResult, error) {
+	if len(msgs) > MaxBatch {
+		return nil, fmt.Errorf("%w: idemsqlite: batch of %d messages exceeds the limit of %d", idem.ErrInvalidConfig, len(msgs), MaxBatch)
+	}
+	items := make([]batchItem, len(msgs))
+	for i, m := range msgs {
+		if err := m.Validate(); err != nil {
+			return nil, fmt.Errorf("idemsqlite: message %d: %w", i, err)
+		}
+		items[i] = batchItem{S: m.Scope, K: m.Key, F: hex.EncodeToString(m.Fingerprint[:]), R: m.RetentionOrDefault().Microseconds()}
+	}
+	if tx == nil {
+		return nil, errors.New("idemsqlite: ProcessBatchTx: nil *sql.Tx")
+	}
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	results := make([]idem.ProcessResult, len(msgs))
+	if len(msgs) == 0 {
+		return results, nil
+	}
+	param, err := json.Marshal(items)
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: process batch: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, insertMany, micros(s.now()), string(param))
+	if err != nil {
+		return nil, fmt.Errorf("idemsqlite: process batch: %w", classify(err))
+	}
+	fresh := make(map[scopeKey]bool, len(msgs))
+	for rows.Next() {
+		var k scopeKey
+		if err := rows.Scan(&k.scope, &k.key); err != nil {
+			_ = rows.Close()
+			return nil, fmt.Errorf("idemsqlite: process batch: %w", classify(err))
+		}
+		fresh[k] = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("idemsqlite: process batch: %w", classify(err))
+	}
+	first := make(map[scopeKey]int, len(msgs))
+	for i, m := range msgs {
+		k := scopeKey{m.Scope, m.Key}
+		j, seen := first[k]
+		switch {
+		case seen && results[j] == idem.Processed:
+			// Repeated inside the batch: compare with the occurrence that won.
+			if msgs[j].Fingerprint != m.Fingerprint {
+				results[i] = idem.Mismatched
+			} else {
+				results[i] = idem.Duplicate
+			}
+			continue
+		case fresh[k] && !seen:
+			first[k] = i
+			results[i] = idem.Processed
+			continue
+		}
+		first[k] = i
+		rec, found, err := getRecord(ctx, tx, m.Scope, m.Key)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fmt.Errorf("idemsqlite: process batch (scope %q, key %q): conflicting record vanished", m.Scope, m.Key)
+		}
+		res, err := classifyExisting(rec, m)
+		switch {
+		case res == idem.Mismatched:
+			results[i] = res
+		case err != nil:
+			return nil, err
+		default:
+			results[i] = res
+		}
+	}
+	return results, nil
+}
+
+// ProcessBatch runs fn once for the fresh messages of msgs (fresh holds
+// their indexes into msgs, in order) in one transaction with their dedupe
+// records: one round trip for the whole batch, which is where the
+// throughput comes from. fn is not called when nothing is fresh. When fn
+// fails, everything rolls back and ProcessBatch returns nil results and
+// fn's error wrapped, so the whole batch can be redelivered.
+func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, tx *sql.Tx, fresh []int) error) ([]idem.ProcessResult, error) {
+	var results []idem.ProcessResult
+	err := s.inTx(ctx, "process batch", func(tx *sql.Tx, _ int64) error {
+		var err error
+		results, err = s.ProcessBatchTx(ctx, tx, msgs)
+		if err != nil {
+			return err
+		}
+		var fresh []int
+		for i, r := range results {
+			if r == idem.Processed {
+				fresh = append(fresh, i)
+			}
+		}
+		if len(fresh) == 0 {
+			return errRollback
+		}
+		if err := fn(ctx, tx, fresh); err != nil {
+			return fmt.Errorf("idemsqlite: process batch: handler: %w", err)
+		}
+		return nil
+	})
+	if errors.Is(err, errRollback) {
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}

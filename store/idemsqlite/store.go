@@ -1,0 +1,436 @@
+package idemsqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-go/idem"
+)
+
+// Config configures a [Store]. A nil *Config means the defaults.
+type Config struct {
+	// MaxResultBytes bounds a stored result; a larger one turns the record
+	// into a tombstone. Default idem.DefaultMaxResultBytes.
+	MaxResultBytes int
+	// Logger receives store diagnostics. Default slog.Default().
+	Logger *slog.Logger
+	// AutoMigrate applies pending migrations when the store is opened.
+	// Without it, opening a database that is not fully migrated fails with
+	// an error wrapping [ErrNotMigrated] that names the command to run.
+	AutoMigrate bool
+}
+
+// DefaultPurgeBatch is how many rows one Purge transaction deletes when the
+// caller passes 0.
+const DefaultPurgeBatch = 1000
+
+// Store is the embedded idem.Store over one SQLite file. It is safe for
+// concurrent use by many goroutines; several processes may share the file
+// too (SQLite serialises their writes). It also offers the transactional
+// path: [Store.Process], [Store.ProcessTx], [Store.ProcessBatch] and
+// [Store.ProcessBatchTx].
+type Store struct {
+	db        *sql.DB
+	ownDB     bool
+	path      string
+	maxResult int
+	logger    *slog.Logger
+	closed    atomic.Bool
+	// now is the store clock: for an embedded database it is the process
+	// clock, read once per transaction.
+	now func() time.Time
+}
+
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Durable = (*Store)(nil)
+)
+
+// Open opens (creating if needed) the SQLite database of dsn —
+// "sqlite://path/to/file.db" or a plain path — with WAL, busy_timeout,
+// foreign keys and BEGIN IMMEDIATE transactions, and checks that its
+// migrations are applied (or applies them with Config.AutoMigrate).
+func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
+	db, err := OpenDB(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newStore(ctx, db, cfg)
+	if err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	s.ownDB = true
+	return s, nil
+}
+
+// New returns a Store over a *sql.DB the caller opened and keeps ownership
+// of (Close does not close it). The database should be opened with
+// busy_timeout and _txlock=immediate like [OpenDB] does; the store's own
+// transactions begin with a write, so they wait for the lock even without
+// _txlock, but a caller's transaction handed to [Store.ProcessTx] after it
+// has read may fail with a retryable busy error.
+func New(db *sql.DB, cfg *Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("idemsqlite: nil *sql.DB")
+	}
+	return newStore(context.Background(), db, cfg)
+}
+
+func newStore(ctx context.Context, db *sql.DB, cfg *Config) (*Store, error) {
+	s := &Store{db: db, maxResult: idem.DefaultMaxResultBytes, logger: slog.Default(), now: time.Now}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MaxResultBytes < 0 {
+		return nil, fmt.Errorf("%w: idemsqlite: MaxResultBytes must not be negative, got %d", idem.ErrInvalidConfig, c.MaxResultBytes)
+	}
+	if c.MaxResultBytes > 0 {
+		s.maxResult = c.MaxResultBytes
+	}
+	if c.Logger != nil {
+		s.logger = c.Logger
+	}
+	s.path = databasePath(ctx, db)
+	m, _ := NewMigrator(db)
+	if c.AutoMigrate {
+		res, err := m.Up(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Versions) > 0 {
+			s.logger.InfoContext(ctx, "idemsqlite: applied migrations", "path", s.path, "versions", res.Versions)
+		}
+	}
+	v, err := m.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if v < LatestVersion() {
+		return nil, &NotMigratedError{Path: s.path, Version: v, Latest: LatestVersion()}
+	}
+	return s, nil
+}
+
+// databasePath names the main database file, for error messages.
+func databasePath(ctx context.Context, db *sql.DB) string {
+	var seq int
+	var name, file string
+	if err := db.QueryRowContext(ctx, "SELECT seq, name, file FROM pragma_database_list WHERE name = 'main'").Scan(&seq, &name, &file); err != nil || file == "" {
+		return "(unknown)"
+	}
+	return file
+}
+
+// DB returns the underlying database, for running the effects of the
+// transactional path in your own transactions.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Path returns the database file the store uses.
+func (s *Store) Path() string { return s.path }
+
+// Durable reports true: committed records survive restarts and power loss
+// (synchronous=FULL in WAL mode).
+func (s *Store) Durable() bool { return true }
+
+// Close closes the database if [Open] opened it. Later calls fail with
+// idem.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) || !s.ownDB {
+		return nil
+	}
+	return s.db.Close()
+}
+
+func (s *Store) checkOpen() error {
+	if s.closed.Load() {
+		return fmt.Errorf("idemsqlite: %w", idem.ErrClosed)
+	}
+	return nil
+}
+
+// micros is the store's time unit: unix microseconds.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64)
+}
+
+// inTx runs fn in one transaction (BEGIN IMMEDIATE with [OpenDB]'s DSN)
+// with the store clock read once, and commits when fn returns nil.
+func (s *Store) inTx(ctx context.Context, what string, fn func(tx *sql.Tx, now int64) error) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("idemsqlite: %s: begin: %w", what, classify(err))
+	}
+	if err := fn(tx, micros(s.now())); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("idemsqlite: %s: commit: %w", what, classify(err))
+	}
+	return nil
+}
+
+// errRollback makes inTx roll back without it being a failure.
+var errRollback = errors.New("idemsqlite: rollback")
+
+const recordColumns = `scope, key, state, fingerprint, token, result, failed, tombstone,
+	created_at, lease_expires_at, completed_at, expires_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(row scanner) (idem.Record, error) {
+	var (
+		rec                             idem.Record
+		state                           string
+		fp                              []byte
+		created, lease, completed, expi sql.NullInt64
+	)
+	err := row.Scan(&rec.Scope, &rec.Key, &state, &fp, &rec.Token, &rec.Result, &rec.Failed, &rec.Tombstone,
+		&created, &lease, &completed, &expi)
+	if err != nil {
+		return rec, err
+	}
+	if len(fp) != len(rec.Fingerprint) {
+		return rec, fmt.Errorf("idemsqlite: record (%q, %q) has a %d-byte fingerprint", rec.Scope, rec.Key, len(fp))
+	}
+	copy(rec.Fingerprint[:], fp)
+	rec.State = idem.State(state)
+	rec.CreatedAt = fromMicros(created)
+	rec.LeaseExpiresAt = fromMicros(lease)
+	rec.CompletedAt = fromMicros(completed)
+	rec.ExpiresAt = fromMicros(expi)
+	return rec, nil
+}
+
+// getRecord reads one record; ok is false when there is none.
+func getRecord(ctx context.Context, q queryRower, scope, key string) (rec idem.Record, ok bool, err error) {
+	rec, err = scanRecord(q.QueryRowContext(ctx, "SELECT "+recordColumns+" FROM idem_records WHERE scope = ? AND key = ?", scope, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return rec, false, nil
+	}
+	if err != nil {
+		return rec, false, fmt.Errorf("idemsqlite: read record: %w", classify(err))
+	}
+	return rec, true, nil
+}
+
+// Claim implements idem.Store.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := idem.ValidateClaim(req); err != nil {
+		return idem.Claim{}, err
+	}
+	var out idem.Claim
+	err := s.inTx(ctx, "claim", func(tx *sql.Tx, now int64) error {
+		// Bump the counter first: the transaction's first statement is a
+		// write, so it waits for the write lock (busy_timeout) even on a
+		// *sql.DB opened without _txlock=immediate. A claim that acquires
+		// nothing rolls the bump back.
+		var token int64
+		if err := tx.QueryRowContext(ctx, "UPDATE idem_token_counter SET value = value + 1 WHERE id = 1 RETURNING value").Scan(&token); err != nil {
+			return fmt.Errorf("idemsqlite: claim: next token: %w", classify(err))
+		}
+		rec, found, err := getRecord(ctx, tx, req.Scope, req.Key)
+		if err != nil {
+			return err
+		}
+		createdAt := now
+		if found {
+			expired := rec.State == idem.StateCompleted && micros(rec.ExpiresAt) <= now
+			switch {
+			case expired:
+				// Past its retention the record counts as absent.
+			case rec.Fingerprint != req.Fingerprint:
+				out = idem.Claim{Outcome: idem.Mismatch, Record: &rec}
+				return errRollback
+			case rec.State == idem.StateCompleted:
+				out = idem.Claim{Outcome: idem.Completed, Record: &rec}
+				return errRollback
+			case micros(rec.LeaseExpiresAt) > now:
+				out = idem.Claim{Outcome: idem.InProgress, Record: &rec}
+				return errRollback
+			default:
+				out.Takeover = true
+				createdAt = micros(rec.CreatedAt)
+			}
+		}
+		leaseEnd := now + req.Lease.Microseconds()
+		_, err = tx.ExecContext(ctx, `INSERT INTO idem_records (`+recordColumns+`)
+	VALUES (?, ?, 'in_progress', ?, ?, NULL, 0, 0, ?, ?, NULL, ?)
+	ON CONFLICT (scope, key) DO UPDATE SET
+		state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token,
+		result = NULL, failed = 0, tombstone = 0, created_at = excluded.created_at,
+		lease_expires_at = excluded.lease_expires_at, completed_at = NULL, expires_at = excluded.expires_at`,
+			req.Scope, req.Key, req.Fingerprint[:], token, createdAt, leaseEnd, leaseEnd)
+		if err != nil {
+			return fmt.Errorf("idemsqlite: claim: %w", classify(err))
+		}
+		out.Outcome, out.Token, out.LeaseExpiresAt = idem.Acquired, token, time.UnixMicro(leaseEnd)
+		return nil
+	})
+	if errors.Is(err, errRollback) {
+		err = nil
+	}
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	return out, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if err := idem.ValidateComplete(req); err != nil {
+		return err
+	}
+	result, tombstone := req.Result, false
+	if len(result) > s.maxResult {
+		result, tombstone = nil, true
+		s.logger.WarnContext(ctx, "idemsqlite: result exceeds the limit; storing a tombstone",
+			"scope", req.Scope, "key", req.Key, "bytes", len(req.Result), "limit", s.maxResult)
+	}
+	if result == nil && !tombstone {
+		result = []byte{}
+	}
+	return s.inTx(ctx, "complete", func(tx *sql.Tx, now int64) error {
+		res, err := tx.ExecContext(ctx, `UPDATE idem_records SET state = 'completed', result = ?, failed = ?, tombstone = ?,
+	lease_expires_at = NULL, completed_at = ?, expires_at = ?
+	WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'`,
+			result, req.Failed, tombstone, now, now+req.Retention.Microseconds(), req.Scope, req.Key, req.Token)
+		return s.leaseHeld(res, err, "complete", req.Scope, req.Key, req.Token)
+	})
+}
+
+// leaseHeld turns the outcome of a token-guarded write into ErrLeaseLost
+// when it touched no row.
+func (s *Store) leaseHeld(res sql.Result, err error, what, scope, key string, token int64) error {
+	if err != nil {
+		return fmt.Errorf("idemsqlite: %s: %w", what, classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("idemsqlite: %s: %w", what, classify(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: idemsqlite: %s (scope %q, key %q): token %d is not the current lease", idem.ErrLeaseLost, what, scope, key, token)
+	}
+	return nil
+}
+
+// Release implements idem.Store: the in-progress row of that token is
+// deleted, so the next claim runs the operation again with a higher token.
+func (s *Store) Release(ctx context.Context, scope, key string, token int64) error {
+	if err := idem.Validate(scope, key); err != nil {
+		return err
+	}
+	return s.inTx(ctx, "release", func(tx *sql.Tx, _ int64) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'", scope, key, token)
+		return s.leaseHeld(res, err, "release", scope, key, token)
+	})
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, scope, key string, token int64, lease time.Duration) (time.Time, error) {
+	if err := idem.Validate(scope, key); err != nil {
+		return time.Time{}, err
+	}
+	if lease <= 0 {
+		return time.Time{}, fmt.Errorf("%w: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
+	}
+	var until int64
+	err := s.inTx(ctx, "extend", func(tx *sql.Tx, now int64) error {
+		until = now + lease.Microseconds()
+		res, err := tx.ExecContext(ctx, `UPDATE idem_records SET lease_expires_at = ?, expires_at = ?
+	WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'`, until, until, scope, key, token)
+		return s.leaseHeld(res, err, "extend", scope, key, token)
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMicro(until), nil
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, scope, key string) (idem.Record, error) {
+	if err := idem.Validate(scope, key); err != nil {
+		return idem.Record{}, err
+	}
+	if err := s.checkOpen(); err != nil {
+		return idem.Record{}, err
+	}
+	rec, ok, err := getRecord(ctx, s.db, scope, key)
+	if err != nil {
+		return idem.Record{}, err
+	}
+	if !ok {
+		return idem.Record{}, fmt.Errorf("%w: scope %q, key %q", idem.ErrNotFound, scope, key)
+	}
+	return rec, nil
+}
+
+// Delete implements idem.Store.
+func (s *Store) Delete(ctx context.Context, scope, key string) error {
+	if err := idem.Validate(scope, key); err != nil {
+		return err
+	}
+	return s.inTx(ctx, "delete", func(tx *sql.Tx, _ int64) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND key = ?", scope, key)
+		if err != nil {
+			return fmt.Errorf("idemsqlite: delete: %w", classify(err))
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("idemsqlite: delete: %w", classify(err))
+		} else if n == 0 {
+			return fmt.Errorf("%w: scope %q, key %q", idem.ErrNotFound, scope, key)
+		}
+		return nil
+	})
+}
+
+// Purge implements idem.Store: each batch of at most limit rows is its own
+// short transaction, so writers wait at most one batch. An in-progress
+// record expires with its lease; purging it is the same as a takeover for
+// its holder, whose Complete then fails with ErrLeaseLost.
+func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
+	if limit < 0 {
+		return 0, fmt.Errorf("%w: idemsqlite: purge limit must not be negative, got %d", idem.ErrInvalidConfig, limit)
+	}
+	if limit == 0 {
+		limit = DefaultPurgeBatch
+	}
+	var total int64
+	for {
+		var n int64
+		err := s.inTx(ctx, "purge", func(tx *sql.Tx, now int64) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM idem_records WHERE (scope, key) IN (
+	SELECT scope, key FROM idem_records WHERE expires_at <= ? LIMIT ?)`, now, limit)
+			if err != nil {
+				return fmt.Errorf("idemsqlite: purge: %w", classify(err))
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < int64(limit) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}
