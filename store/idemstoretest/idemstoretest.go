@@ -1,15 +1,3 @@
-// Package idemstoretest is the conformance suite every idem store runs
-// against a real backend.
-//
-//	func TestConformance(t *testing.T) {
-//		idemstoretest.Run(t, func(t *testing.T) idem.Store { return newIsolatedStore(t) }, nil)
-//	}
-//
-// SQL stores that offer the transactional path also run [RunProcess] with a
-// [ProcessEnv] that adapts their Process functions.
-//
-// Every failure message starts with "contract:" and names the rule of the
-// idem.Store (or transactional path) contract that was broken.
 package idemstoretest
 
 import (

@@ -1,0 +1,47 @@
+// Package idemstoretest is the conformance suite every idem store runs
+// against a real backend, so that all stores keep the idem.Store contract
+// the same way.
+//
+// # Wiring a store
+//
+// A store module calls [Run] from one test, with a constructor that returns
+// a store over its own namespace (schema, database file or key prefix):
+//
+//	func TestConformance(t *testing.T) {
+//		idemstoretest.Run(t, func(t *testing.T) idem.Store {
+//			return newIsolatedStore(t) // cleanup via t.Cleanup
+//		}, &idemstoretest.Options{MaxResultBytes: limit, ClockPrecision: time.Microsecond})
+//	}
+//
+// SQL stores that offer the transactional path also call [RunProcess] with
+// a [ProcessEnv] that adapts their Process functions and owns an effects
+// table.
+//
+// # What it checks
+//
+// [Run] checks claim races (64 concurrent claims, one winner), fencing
+// tokens (stale, wrong and missing tokens get idem.ErrLeaseLost; tokens
+// strictly increase across takeover, Release, Delete and Purge), lease
+// takeover, replay of completed results byte for byte, fingerprint
+// mismatches on the claim, replay and conflict paths, retention from one
+// second to thirty days by the store's clock, purging in small batches,
+// tombstones for oversized results, literal storage of keys full of quotes,
+// wildcards and delimiters, input validation and cancelled contexts.
+//
+// [RunProcess] checks the transactional path: one effect per message,
+// duplicates and mismatches without effects, rollback on handler failure,
+// the dedupe window, batches judged message by message, concurrent batches
+// over overlapping keys, and the acceptance test of the project: 1,000
+// messages delivered three times each, in random order, to 32 goroutines,
+// end with exactly 1,000 effects.
+//
+// Every failure message starts with "contract:" and names the rule that
+// was broken.
+//
+// # Timing
+//
+// Subtests run in parallel, each on its own store. The checks that need a
+// lease or retention to pass share one wait of 1.2 s, so the suite takes a
+// couple of seconds plus the backend's own time. Run and RunProcess return
+// only when their subtests have finished.
+package idemstoretest
