@@ -19,8 +19,8 @@
 //     significant headers; JSON bodies are canonicalised first, so member
 //     order and white space do not matter;
 //   - the first request claims the key, runs the handler under a
-//     heartbeating lease and streams its response to the client while
-//     capturing the status, the allow-listed headers and the body;
+//     heartbeating lease, stores the status, the allow-listed headers and
+//     the body, and then responds;
 //   - a retry after completion gets the identical status, stored headers
 //     and body, plus "Idempotent-Replayed: true";
 //   - a retry while the first is in flight gets 409 with Retry-After, or
@@ -55,10 +55,17 @@
 // ([idem.ErrNotDurable]): replaying responses from memory loses the
 // guarantee at the first restart. Tests set Config.AllowNonDurable.
 //
-// The response is streamed before its record is written. If the store
-// fails at that moment the key stays in progress until its lease expires
-// and a later retry runs the handler again; handlers that call external
-// systems should pass a downstream key derived with [idem.DownstreamKey].
+// # Response delivery
+//
+// The first response is held back until its record is written, so a client
+// that has seen it always gets the replay on a retry. It is streamed
+// instead, from that point on, when the handler flushes (server-sent
+// events, progress output) or the body outgrows Config.MaxResponseBytes;
+// a retry that arrives between the streamed response and its record gets
+// 409 and then the replay. If the store fails after the handler ran, the
+// response is still sent, the key stays in progress until its lease
+// expires and a later retry runs the handler again: handlers that call
+// external systems should pass on a key derived with [idem.DownstreamKey].
 //
 // # Proxy
 //

@@ -470,6 +470,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if ev.Outcome == OutcomePanic {
 		return
 	}
+	cw.commit()
 	switch {
 	case err == nil && !res.Replayed:
 		ev.Outcome, ev.Status = OutcomeExecuted, cw.finalStatus()
@@ -523,7 +524,7 @@ func (m *Middleware) do(r *http.Request, call idem.Call, fn func(context.Context
 			panic(v)
 		}
 		m.cfg.Logger.Error("idemhttp: handler panicked; key released", "scope_hash", ev.ScopeHash, "key", call.Key, "panic", v)
-		if cw.status == 0 {
+		if !cw.streaming {
 			m.errorFunc(cw.rw, r, newProblem(http.StatusInternalServerError, TypeHandlerPanic, "Internal error",
 				errors.New("the request failed and was not recorded; it may be retried")))
 		}

@@ -61,8 +61,9 @@ func NewProxy(upstream *url.URL, mw *Middleware, cfg *ProxyConfig) (http.Handler
 			pr.Out.Header.Del(ReplayedHeader)
 		},
 		Transport: c.Transport,
-		// Stream responses (server-sent events, large downloads) as they come.
-		FlushInterval: -1,
+		// FlushInterval stays 0: ReverseProxy still flushes event streams
+		// and responses of unknown length at once, and every other
+		// response is recorded before the client sees it.
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// Whatever the storage policy, a failed forward must not be replayed.
 			Release(w)

@@ -5,19 +5,24 @@ import (
 	"net/http"
 )
 
-// captureWriter passes a response through to the client while keeping a
-// copy of its status, its allow-listed headers and up to limit body bytes.
-// Past the limit it stops copying but keeps passing through, so the first
-// caller always gets the full response.
+// captureWriter keeps a copy of a response's status, allow-listed headers
+// and body (up to limit bytes) for the store.
+//
+// It holds the response back until the record is written (commit), so a
+// client that has seen a response always gets the replay when it retries.
+// It switches to streaming, passing everything through at once, when the
+// handler flushes or the body outgrows limit; past the limit it stops
+// copying, so the first caller still gets the full response.
 type captureWriter struct {
-	rw      http.ResponseWriter
-	m       *Middleware
-	limit   int
-	status  int
-	header  http.Header // allow-listed headers, snapshotted at WriteHeader
-	body    bytes.Buffer
-	over    bool // the body exceeded limit; body was dropped
-	release bool // set by Release: do not store, release the key
+	rw        http.ResponseWriter
+	m         *Middleware
+	limit     int
+	status    int
+	header    http.Header // allow-listed headers, snapshotted at WriteHeader
+	body      bytes.Buffer
+	over      bool // the body exceeded limit; the copy was dropped
+	streaming bool // the status line went out; writes pass straight through
+	release   bool // set by Release: do not store, release the key
 }
 
 // Header implements http.ResponseWriter.
@@ -26,7 +31,9 @@ func (c *captureWriter) Header() http.Header { return c.rw.Header() }
 // WriteHeader implements http.ResponseWriter.
 func (c *captureWriter) WriteHeader(code int) {
 	if c.status != 0 {
-		c.rw.WriteHeader(code) // let net/http report the superfluous call
+		if c.streaming {
+			c.rw.WriteHeader(code) // let net/http report the superfluous call
+		}
 		return
 	}
 	// Informational responses are not final: pass them on, remember nothing.
@@ -36,7 +43,6 @@ func (c *captureWriter) WriteHeader(code int) {
 	}
 	c.status = code
 	c.header = c.m.storableHeader(c.rw.Header())
-	c.rw.WriteHeader(code)
 }
 
 // Write implements http.ResponseWriter.
@@ -47,27 +53,56 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 	if !c.over {
 		if c.body.Len()+len(p) > c.limit {
 			c.over = true
+			c.stream()
 			c.body = bytes.Buffer{}
 		} else {
 			c.body.Write(p)
+			if !c.streaming {
+				return len(p), nil
+			}
 		}
 	}
 	return c.rw.Write(p)
 }
 
-// Flush implements http.Flusher for handlers that assert it directly;
-// http.ResponseController finds the underlying writer through Unwrap.
-func (c *captureWriter) Flush() {
+// stream sends the status and whatever was held back, and from then on
+// passes writes through.
+func (c *captureWriter) stream() {
+	if c.streaming {
+		return
+	}
+	c.streaming = true
+	c.rw.WriteHeader(c.status)
+	if c.body.Len() > 0 {
+		_, _ = c.rw.Write(c.body.Bytes())
+	}
+}
+
+// commit sends a held-back response once its record is written.
+func (c *captureWriter) commit() {
+	if c.status != 0 {
+		c.stream()
+	}
+}
+
+// FlushError flushes through to the client, switching to streaming.
+// http.ResponseController finds it first; the rest of the controller's
+// methods reach the underlying writer through Unwrap.
+func (c *captureWriter) FlushError() error {
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
-	_ = http.NewResponseController(c.rw).Flush()
+	c.stream()
+	return http.NewResponseController(c.rw).Flush()
 }
+
+// Flush implements http.Flusher for handlers that assert it directly.
+func (c *captureWriter) Flush() { _ = c.FlushError() }
 
 // Unwrap returns the wrapped writer, for http.ResponseController.
 func (c *captureWriter) Unwrap() http.ResponseWriter { return c.rw }
 
-// finalStatus is the status the client got: 200 if the handler wrote nothing.
+// finalStatus is the status the client gets: 200 if the handler wrote nothing.
 func (c *captureWriter) finalStatus() int {
 	if c.status == 0 {
 		return http.StatusOK

@@ -1,0 +1,77 @@
+package idemhttp_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/idemtest"
+)
+
+// A payment endpoint that charges once per Idempotency-Key, whatever the
+// number of retries.
+func ExampleMiddleware() {
+	// Production code passes a durable store (idemsqlite, idempgx); the
+	// memory store is for examples and tests only.
+	store := idemtest.NewMemoryStore(nil)
+	mw, err := idemhttp.New(store, &idemhttp.Config{
+		// The principal comes from your authentication; here a header for brevity.
+		Principal:       idemhttp.PrincipalFromHeader("X-User"),
+		RequireKey:      true,
+		AllowNonDurable: true,
+	})
+	if err != nil {
+		panic(err)
+	}
+	charges := 0
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		charges++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":"ch_%d"}`, charges)
+	})))
+
+	send := func(key, body string) {
+		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("X-User", "alice")
+		if key != "" {
+			r.Header.Set("Idempotency-Key", key)
+		}
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("Idempotent-Replayed"), strings.TrimSpace(w.Body.String()))
+	}
+	send(`"pay-1"`, `{"amount":100,"currency":"eur"}`)
+	send(`"pay-1"`, `{"currency":"eur", "amount":100}`) // a retry: same JSON, reordered
+	send(`"pay-1"`, `{"amount":500,"currency":"eur"}`)  // the key reused for another payment
+	send("", `{"amount":100}`)                          // no key on a route that requires one
+	fmt.Println("charges:", charges)
+	// Output:
+	// 201  {"charge":"ch_1"}
+	// 201 true {"charge":"ch_1"}
+	// 422  {"type":"https://idem-go.dev/problems/key-reused","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was already used with a different method, path, body or significant header"}
+	// 400  {"type":"https://idem-go.dev/problems/key-missing","title":"Idempotency-Key required","status":400,"detail":"this endpoint requires an Idempotency-Key header"}
+	// charges: 1
+}
+
+// Callers that build their own responses use Check and the Guard directly.
+func ExampleMiddleware_Check() {
+	mw, _ := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
+		SharedScope: true, AllowNonDurable: true,
+	})
+	r := httptest.NewRequest(http.MethodPost, "/jobs", strings.NewReader(`{"n":1}`))
+	r.Header.Set("Idempotency-Key", `"job-7"`)
+	call, err := mw.Check(r)
+	fmt.Println(call.Key, err)
+
+	r.Header.Add("Idempotency-Key", "again")
+	_, err = mw.Check(r)
+	fmt.Println(err.(*idemhttp.Problem).Type)
+	// Output:
+	// job-7 <nil>
+	// https://idem-go.dev/problems/key-invalid
+}
