@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,13 +16,18 @@ import (
 	"github.com/idem-go/idem/store/idemstoretest"
 )
 
+var quietLogger = slog.New(slog.DiscardHandler)
+
 // newTestStore opens a migrated store over a new file in t.TempDir().
 func newTestStore(t *testing.T, cfg *Config) *Store {
 	t.Helper()
-	c := Config{AutoMigrate: true}
+	var c Config
 	if cfg != nil {
 		c = *cfg
-		c.AutoMigrate = true
+	}
+	c.AutoMigrate = true
+	if c.Logger == nil {
+		c.Logger = quietLogger
 	}
 	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "idem.db"), &c)
 	if err != nil {
