@@ -1,0 +1,342 @@
+package consume
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/retry"
+)
+
+// ErrCommitUnknown marks an error after which nobody knows whether the
+// effect committed (the connection dropped during COMMIT). A [ProcessFunc]
+// wraps it with %w; the engine then neither acks nor counts the failure: it
+// hands the delivery back to the broker, whose redelivery is deduped.
+var ErrCommitUnknown = errors.New("idem: commit outcome unknown")
+
+// Delivery is one message as a broker adapter hands it to the [Engine].
+// The engine calls exactly one of Ack, Retry, Requeue or DeadLetter per
+// Handle, or none when its context ends first (the broker then redelivers).
+type Delivery interface {
+	// ID is the producer-assigned message id, "" when there is none.
+	// Adapters never use a broker sequence number here.
+	ID() string
+	// Body is the message payload.
+	Body() []byte
+	// Origin names where the message was first published, kept in the
+	// dead-letter metadata so that it can be redriven there.
+	Origin() string
+	// State is the retry state the message carries from earlier attempts.
+	State() State
+	// Ack settles the message as done.
+	Ack(ctx context.Context) error
+	// Retry arranges for the message to be delivered again, carrying st,
+	// no sooner than after, without busy-looping or blocking the broker;
+	// the original is settled once the redelivery is safely scheduled.
+	Retry(ctx context.Context, after time.Duration, st State) error
+	// Requeue hands the message back to the broker unsettled and unchanged
+	// (AMQP: nack with requeue; JetStream: nak).
+	Requeue(ctx context.Context) error
+	// DeadLetter moves the message to the dead letters with dl's metadata
+	// and settles the original.
+	DeadLetter(ctx context.Context, dl DeadLetter) error
+}
+
+// ProcessFunc runs the user's handler for d at most once per msg.Key,
+// recording the dedupe record with the effect: typically a closure over a
+// SQL store's Process, or [GuardProcess]. It returns Processed, Duplicate,
+// or Mismatched (with or without an error wrapping
+// idem.ErrFingerprintMismatch); on a handler or store failure it returns
+// the error, classified by the retry package's rules.
+type ProcessFunc func(ctx context.Context, msg idem.Message, d Delivery) (idem.ProcessResult, error)
+
+// MissingID says what happens to a message that has no id.
+type MissingID int
+
+const (
+	// DeadLetterMissingID dead-letters it with reason [ReasonMissingID]:
+	// without an id, two publishes of the same event cannot be told from
+	// two events with the same content.
+	DeadLetterMissingID MissingID = iota
+	// ContentKey keys it by the SHA-256 of its body, so identical bodies
+	// are duplicates of each other.
+	ContentKey
+)
+
+// Config configures an [Engine]. A nil *Config means the defaults.
+type Config struct {
+	// Name is the consumer's name: the dedupe scope and the consumer named
+	// in dead letters. Required.
+	Name string
+	// Retry is the backoff policy for failed deliveries; nil means full
+	// jitter with the retry package's defaults (MaxAttempts 5).
+	Retry *retry.Policy
+	// Retention is the dedupe window passed in idem.Message. Zero means
+	// idem.DefaultRetention.
+	Retention time.Duration
+	// MissingID is the policy for messages without an id.
+	MissingID MissingID
+	// Fingerprint computes a delivery's fingerprint; nil means the SHA-256
+	// of the body.
+	Fingerprint func(d Delivery) idem.Fingerprint
+	// MaxErrorBytes bounds the last error kept in headers. Default 1024.
+	MaxErrorBytes int
+	// Hooks receives one event per handled delivery; nil means none.
+	Hooks Hooks
+	// Logger receives broker failures. Nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for failure timestamps; nil means time.Now.
+	Now func() time.Time
+}
+
+// Engine decides the fate of deliveries. It is safe for concurrent use.
+type Engine struct {
+	process ProcessFunc
+	cfg     Config
+	policy  retry.Policy
+}
+
+// New returns an Engine that runs process for every delivery.
+func New(process ProcessFunc, cfg *Config) (*Engine, error) {
+	if process == nil {
+		return nil, fmt.Errorf("%w: consume: nil ProcessFunc", idem.ErrInvalidConfig)
+	}
+	e := &Engine{process: process}
+	if cfg != nil {
+		e.cfg = *cfg
+	}
+	if err := idem.ValidateScope(e.cfg.Name); err != nil || e.cfg.Name == "" {
+		return nil, fmt.Errorf("%w: consume: the consumer needs a name (1-%d bytes of UTF-8), got %q", idem.ErrInvalidConfig, idem.MaxScopeLen, e.cfg.Name)
+	}
+	if e.cfg.Retention < 0 {
+		return nil, fmt.Errorf("%w: consume: retention must not be negative, got %v", idem.ErrInvalidConfig, e.cfg.Retention)
+	}
+	if e.cfg.Retention == 0 {
+		e.cfg.Retention = idem.DefaultRetention
+	}
+	if e.cfg.MaxErrorBytes <= 0 {
+		e.cfg.MaxErrorBytes = 1024
+	}
+	if e.cfg.Hooks == nil {
+		e.cfg.Hooks = nopHooks{}
+	}
+	if e.cfg.Logger == nil {
+		e.cfg.Logger = slog.Default()
+	}
+	if e.cfg.Now == nil {
+		e.cfg.Now = time.Now
+	}
+	if e.cfg.Fingerprint == nil {
+		e.cfg.Fingerprint = func(d Delivery) idem.Fingerprint { return idem.FingerprintBytes(d.Body()) }
+	}
+	e.policy = e.cfg.Retry.WithDefaults()
+	return e, nil
+}
+
+// Config returns the engine's effective configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Policy returns the effective retry policy, defaults filled in.
+func (e *Engine) Policy() retry.Policy { return e.policy }
+
+// Outcome is what the engine did with a delivery.
+type Outcome int
+
+const (
+	// OutcomeProcessed: the handler ran, its effect committed, acked.
+	OutcomeProcessed Outcome = iota + 1
+	// OutcomeDuplicate: seen before; acked without running the handler.
+	OutcomeDuplicate
+	// OutcomeRetried: scheduled for a later attempt.
+	OutcomeRetried
+	// OutcomeDeadLettered: moved to the dead letters.
+	OutcomeDeadLettered
+	// OutcomeRequeued: handed back to the broker unsettled.
+	OutcomeRequeued
+	// OutcomeAbandoned: the context ended first; nothing was settled and
+	// the broker will redeliver.
+	OutcomeAbandoned
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeProcessed:
+		return "processed"
+	case OutcomeDuplicate:
+		return "duplicate"
+	case OutcomeRetried:
+		return "retried"
+	case OutcomeDeadLettered:
+		return "dead_lettered"
+	case OutcomeRequeued:
+		return "requeued"
+	case OutcomeAbandoned:
+		return "abandoned"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Key returns the dedupe key for d under the engine's MissingID policy, or
+// the dead-letter reason when it has none.
+func (e *Engine) Key(d Delivery) (key, reason string) {
+	id := d.ID()
+	if id == "" {
+		if e.cfg.MissingID != ContentKey {
+			return "", ReasonMissingID
+		}
+		sum := sha256.Sum256(d.Body())
+		return hex.EncodeToString(sum[:]), ""
+	}
+	if idem.ValidateKey(id) != nil {
+		return "", ReasonInvalidID
+	}
+	return id, ""
+}
+
+// Handle processes one delivery and settles it. The returned error reports
+// a failure to settle (the broker will redeliver, and the redelivery is
+// deduped); the Outcome says what the engine decided.
+func (e *Engine) Handle(ctx context.Context, d Delivery) (Outcome, error) {
+	start := time.Now()
+	st := d.State()
+	ev := Event{Consumer: e.cfg.Name, ID: d.ID(), Attempt: st.Attempts + 1}
+	out, err := e.handle(ctx, d, st, &ev)
+	ev.Outcome, ev.Duration = out, time.Since(start)
+	if err != nil && ev.Err == nil {
+		ev.Err = err
+	}
+	e.cfg.Hooks.OnDelivery(ctx, ev)
+	if err != nil {
+		e.cfg.Logger.Warn("idem: consumer could not settle a delivery; the broker will redeliver it",
+			"consumer", e.cfg.Name, "id", d.ID(), "outcome", out, "err", err)
+	}
+	return out, err
+}
+
+func (e *Engine) handle(ctx context.Context, d Delivery, st State, ev *Event) (Outcome, error) {
+	key, reason := e.Key(d)
+	if reason != "" {
+		ev.Reason = reason
+		return e.deadLetter(ctx, d, st, reason, fmt.Errorf("consume: message id %q cannot be used as a dedupe key", bound(d.ID(), 64)))
+	}
+	ev.Key = key
+	msg := idem.Message{Scope: e.cfg.Name, Key: key, Fingerprint: e.cfg.Fingerprint(d), Retention: e.cfg.Retention}
+	res, err := e.run(ctx, msg, d)
+	ev.Err = err
+	switch {
+	case res == idem.Mismatched || errors.Is(err, idem.ErrFingerprintMismatch):
+		ev.Reason = ReasonIDConflict
+		if err == nil {
+			err = fmt.Errorf("%w (scope %q, key %q)", idem.ErrFingerprintMismatch, msg.Scope, msg.Key)
+		}
+		return e.deadLetter(ctx, d, st, ReasonIDConflict, err)
+	case err == nil && (res == idem.Processed || res == idem.Duplicate):
+		out := OutcomeProcessed
+		if res == idem.Duplicate {
+			out = OutcomeDuplicate
+		}
+		return out, wrapSettle("ack", d.Ack(ctx))
+	case err == nil:
+		err = fmt.Errorf("consume: ProcessFunc returned %v without an error", res)
+	}
+	if ctx.Err() != nil {
+		// Shutting down: the handler was interrupted, not wrong.
+		return OutcomeAbandoned, nil
+	}
+	if errors.Is(err, ErrCommitUnknown) {
+		if serr := sleep(ctx, e.policy.Delay(st.Failures())); serr != nil {
+			return OutcomeAbandoned, nil
+		}
+		return OutcomeRequeued, wrapSettle("requeue", d.Requeue(ctx))
+	}
+	now := e.cfg.Now()
+	next := st
+	if next.FirstFailure.IsZero() {
+		next.FirstFailure = now
+	}
+	next.LastFailure = now
+	next.LastError = bound(err.Error(), e.cfg.MaxErrorBytes)
+	switch retry.Classify(err) {
+	case retry.Fatal:
+		next.Attempts++
+		ev.Reason = ReasonPermanent
+		return e.deadLetterState(ctx, d, next, ReasonPermanent)
+	case retry.Infrastructure:
+		next.InfraRetries++
+		ev.Infrastructure = true
+	default:
+		next.Attempts++
+		if e.policy.MaxAttempts > 0 && next.Attempts >= e.policy.MaxAttempts {
+			ev.Reason = ReasonMaxAttempts
+			return e.deadLetterState(ctx, d, next, ReasonMaxAttempts)
+		}
+	}
+	delay := e.policy.DelayFor(st.Failures(), err)
+	ev.Delay = delay
+	return OutcomeRetried, wrapSettle("retry", d.Retry(ctx, delay, next))
+}
+
+// run calls the ProcessFunc, turning a panic into a counted failure so that
+// a poison message is retried and dead-lettered instead of killing the
+// consumer.
+func (e *Engine) run(ctx context.Context, msg idem.Message, d Delivery) (res idem.ProcessResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.cfg.Logger.Error("idem: handler panicked", "consumer", e.cfg.Name, "key", msg.Key, "panic", p, "stack", string(debug.Stack()))
+			res, err = 0, fmt.Errorf("consume: handler panicked: %v", p)
+		}
+	}()
+	return e.process(ctx, msg, d)
+}
+
+func (e *Engine) deadLetter(ctx context.Context, d Delivery, st State, reason string, cause error) (Outcome, error) {
+	now := e.cfg.Now()
+	if st.FirstFailure.IsZero() {
+		st.FirstFailure = now
+	}
+	st.LastFailure = now
+	st.LastError = bound(cause.Error(), e.cfg.MaxErrorBytes)
+	return e.deadLetterState(ctx, d, st, reason)
+}
+
+func (e *Engine) deadLetterState(ctx context.Context, d Delivery, st State, reason string) (Outcome, error) {
+	dl := DeadLetter{State: st, Reason: reason, Consumer: e.cfg.Name, Origin: d.Origin()}
+	return OutcomeDeadLettered, wrapSettle("dead-letter", d.DeadLetter(ctx, dl))
+}
+
+func wrapSettle(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("consume: %s: %w", op, err)
+}
+
+// bound cuts s to at most n bytes without splitting a UTF-8 sequence.
+func bound(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

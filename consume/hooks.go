@@ -1,0 +1,85 @@
+package consume
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Event describes one handled delivery.
+type Event struct {
+	Consumer string
+	// ID is the message id as delivered ("" when missing); Key is the
+	// dedupe key used ("" when none could be derived).
+	ID, Key string
+	// Attempt is this delivery's attempt number, from 1.
+	Attempt int
+	Outcome Outcome
+	// Reason is the dead-letter reason, when Outcome is OutcomeDeadLettered.
+	Reason string
+	// Infrastructure is set when a retry does not count toward MaxAttempts.
+	Infrastructure bool
+	// Delay is the retry delay, when Outcome is OutcomeRetried.
+	Delay time.Duration
+	// Err is the handler's or the broker's error, if any.
+	Err error
+	// Duration is how long Handle took.
+	Duration time.Duration
+}
+
+// Hooks observe the engine. Implementations must be safe for concurrent
+// use and return quickly; metrics adapters (Prometheus, OpenTelemetry) live
+// in their own modules and implement this.
+type Hooks interface {
+	OnDelivery(ctx context.Context, ev Event)
+}
+
+// HooksFunc adapts a function to [Hooks].
+type HooksFunc func(ctx context.Context, ev Event)
+
+// OnDelivery calls f.
+func (f HooksFunc) OnDelivery(ctx context.Context, ev Event) { f(ctx, ev) }
+
+type nopHooks struct{}
+
+func (nopHooks) OnDelivery(context.Context, Event) {}
+
+// Counters is a [Hooks] that counts outcomes. The zero value is ready.
+type Counters struct {
+	processed, duplicate, retried, infraRetried, deadLettered, requeued, abandoned atomic.Int64
+}
+
+// OnDelivery counts ev.
+func (c *Counters) OnDelivery(_ context.Context, ev Event) {
+	switch ev.Outcome {
+	case OutcomeProcessed:
+		c.processed.Add(1)
+	case OutcomeDuplicate:
+		c.duplicate.Add(1)
+	case OutcomeRetried:
+		c.retried.Add(1)
+		if ev.Infrastructure {
+			c.infraRetried.Add(1)
+		}
+	case OutcomeDeadLettered:
+		c.deadLettered.Add(1)
+	case OutcomeRequeued:
+		c.requeued.Add(1)
+	case OutcomeAbandoned:
+		c.abandoned.Add(1)
+	}
+}
+
+// Snapshot is a copy of the counts.
+type Snapshot struct {
+	Processed, Duplicate, Retried, InfraRetried, DeadLettered, Requeued, Abandoned int64
+}
+
+// Snapshot returns the current counts.
+func (c *Counters) Snapshot() Snapshot {
+	return Snapshot{
+		Processed: c.processed.Load(), Duplicate: c.duplicate.Load(), Retried: c.retried.Load(),
+		InfraRetried: c.infraRetried.Load(), DeadLettered: c.deadLettered.Load(),
+		Requeued: c.requeued.Load(), Abandoned: c.abandoned.Load(),
+	}
+}

@@ -1,0 +1,152 @@
+package consume
+
+import (
+	"strconv"
+	"time"
+)
+
+// Header names shared by every adapter. They are lowercase so that brokers
+// that fold header case (HTTP-style) keep them intact.
+const (
+	// HeaderAttempts is the number of counted failures so far.
+	HeaderAttempts = "x-idem-attempts"
+	// HeaderInfraRetries is the number of infrastructure retries so far;
+	// they do not count toward MaxAttempts but grow the backoff.
+	HeaderInfraRetries = "x-idem-infra-retries"
+	// HeaderFirstFailure and HeaderLastFailure are RFC 3339 timestamps.
+	HeaderFirstFailure = "x-idem-first-failure"
+	HeaderLastFailure  = "x-idem-last-failure"
+	// HeaderLastError is the last error's text, bounded in length.
+	HeaderLastError = "x-idem-last-error"
+	// HeaderReason is why a message was dead-lettered (Reason constants).
+	HeaderReason = "x-idem-reason"
+	// HeaderConsumer is the name of the consumer that dead-lettered it.
+	HeaderConsumer = "x-idem-consumer"
+	// HeaderOrigin names where the message was first published (for
+	// RabbitMQ, the exchange and routing key).
+	HeaderOrigin = "x-idem-origin"
+)
+
+// Dead-letter reasons.
+const (
+	// ReasonMaxAttempts: the handler failed MaxAttempts times.
+	ReasonMaxAttempts = "max_attempts"
+	// ReasonPermanent: the handler returned a retry.Permanent error.
+	ReasonPermanent = "permanent"
+	// ReasonIDConflict: the id was seen before with a different payload.
+	ReasonIDConflict = "id_conflict"
+	// ReasonMissingID: the message had no id and content keys are off.
+	ReasonMissingID = "missing_id"
+	// ReasonInvalidID: the id is not a valid idem key.
+	ReasonInvalidID = "invalid_id"
+)
+
+// State is the retry state a message carries from earlier attempts.
+type State struct {
+	// Attempts is the number of counted failures so far.
+	Attempts int
+	// InfraRetries is the number of infrastructure failures so far.
+	InfraRetries int
+	// FirstFailure and LastFailure are zero before the first failure.
+	FirstFailure time.Time
+	LastFailure  time.Time
+	// LastError is the last failure's text, bounded.
+	LastError string
+}
+
+// Failures is the number of failures of any kind, the backoff exponent.
+func (s State) Failures() int { return s.Attempts + s.InfraRetries }
+
+// Headers returns the state as header values; zero fields are left out.
+func (s State) Headers() map[string]string {
+	h := map[string]string{}
+	if s.Attempts > 0 {
+		h[HeaderAttempts] = strconv.Itoa(s.Attempts)
+	}
+	if s.InfraRetries > 0 {
+		h[HeaderInfraRetries] = strconv.Itoa(s.InfraRetries)
+	}
+	if !s.FirstFailure.IsZero() {
+		h[HeaderFirstFailure] = s.FirstFailure.UTC().Format(time.RFC3339Nano)
+	}
+	if !s.LastFailure.IsZero() {
+		h[HeaderLastFailure] = s.LastFailure.UTC().Format(time.RFC3339Nano)
+	}
+	if s.LastError != "" {
+		h[HeaderLastError] = s.LastError
+	}
+	return h
+}
+
+// ParseState reads a State from headers through get, which returns a
+// header's value and whether it is present. Malformed values read as zero:
+// a producer cannot make a message unprocessable through them, only reset
+// its own retry count.
+func ParseState(get func(name string) (string, bool)) State {
+	var s State
+	num := func(name string) int {
+		v, ok := get(name)
+		if !ok {
+			return 0
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0
+		}
+		return n
+	}
+	ts := func(name string) time.Time {
+		v, ok := get(name)
+		if !ok {
+			return time.Time{}
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return time.Time{}
+		}
+		return t
+	}
+	s.Attempts = num(HeaderAttempts)
+	s.InfraRetries = num(HeaderInfraRetries)
+	s.FirstFailure = ts(HeaderFirstFailure)
+	s.LastFailure = ts(HeaderLastFailure)
+	if v, ok := get(HeaderLastError); ok {
+		s.LastError = v
+	}
+	return s
+}
+
+// DeadLetter is everything a dead-lettered message carries about its
+// failure.
+type DeadLetter struct {
+	State
+	// Reason is one of the Reason constants.
+	Reason string
+	// Consumer is the consumer's name.
+	Consumer string
+	// Origin is where the message was first published.
+	Origin string
+}
+
+// Headers returns the dead letter's metadata as header values.
+func (d DeadLetter) Headers() map[string]string {
+	h := d.State.Headers()
+	h[HeaderAttempts] = strconv.Itoa(d.Attempts)
+	h[HeaderReason] = d.Reason
+	if d.Consumer != "" {
+		h[HeaderConsumer] = d.Consumer
+	}
+	if d.Origin != "" {
+		h[HeaderOrigin] = d.Origin
+	}
+	return h
+}
+
+// ParseDeadLetter reads a DeadLetter from headers (see [ParseState]).
+func ParseDeadLetter(get func(name string) (string, bool)) DeadLetter {
+	d := DeadLetter{State: ParseState(get)}
+	d.Reason, _ = get(HeaderReason)
+	d.Consumer, _ = get(HeaderConsumer)
+	d.Origin, _ = get(HeaderOrigin)
+	return d
+}
