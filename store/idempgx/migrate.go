@@ -168,64 +168,60 @@ type MigrateResult struct {
 // Up applies every pending migration, each in its own transaction, and
 // returns the versions it applied (none when the schema is up to date).
 func (m *Migrator) Up(ctx context.Context) (MigrateResult, error) {
-	var res MigrateResult
-	for {
-		applied := 0
-		err := m.step(ctx, func(ctx context.Context, tx pgx.Tx, current int) error {
-			if current >= len(migrations) {
-				return nil
-			}
-			mig := migrations[current]
-			if _, err := tx.Exec(ctx, mig.Up); err != nil {
-				return fmt.Errorf("idempgx: apply migration %d (%s): %w", mig.Version, mig.Name, classify(err))
-			}
-			if _, err := tx.Exec(ctx, "INSERT INTO "+m.table("idem_migrations")+" (version, name) VALUES ($1, $2)", mig.Version, mig.Name); err != nil {
-				return fmt.Errorf("idempgx: record migration %d: %w", mig.Version, classify(err))
-			}
-			applied = mig.Version
-			return nil
-		})
-		if err != nil {
-			return res, err
-		}
-		if applied == 0 {
-			return res, nil
-		}
-		res.Versions = append(res.Versions, applied)
-	}
+	return m.run(ctx, DirectionUp, len(migrations))
 }
 
 // Down reverts up to steps applied migrations, newest first, each in its own
 // transaction, and returns the versions it reverted. steps must be
 // positive; a larger steps than applied migrations reverts them all.
 func (m *Migrator) Down(ctx context.Context, steps int) (MigrateResult, error) {
-	var res MigrateResult
 	if steps <= 0 {
-		return res, fmt.Errorf("idempgx: down: steps must be positive, got %d", steps)
+		return MigrateResult{}, fmt.Errorf("idempgx: down: steps must be positive, got %d", steps)
 	}
+	return m.run(ctx, DirectionDown, steps)
+}
+
+// run moves up to steps migrations in direction dir, one transaction each,
+// and stops early when there is nothing left to do.
+func (m *Migrator) run(ctx context.Context, dir Direction, steps int) (MigrateResult, error) {
+	var res MigrateResult
 	for range steps {
-		reverted := 0
+		moved := 0
 		err := m.step(ctx, func(ctx context.Context, tx pgx.Tx, current int) error {
-			if current == 0 {
+			var (
+				mig    Migration
+				body   string
+				record string
+				args   []any
+			)
+			switch {
+			case dir == DirectionUp && current < len(migrations):
+				mig = migrations[current]
+				body, args = mig.Up, []any{mig.Version, mig.Name}
+				record = "INSERT INTO " + m.table("idem_migrations") + " (version, name) VALUES ($1, $2)"
+			case dir == DirectionDown && current > 0:
+				mig = migrations[current-1]
+				body, args = mig.Down, []any{mig.Version}
+				record = "DELETE FROM " + m.table("idem_migrations") + " WHERE version = $1"
+			default:
 				return nil
 			}
-			mig := migrations[current-1]
-			if _, err := tx.Exec(ctx, mig.Down); err != nil {
-				return fmt.Errorf("idempgx: revert migration %d (%s): %w", mig.Version, mig.Name, classify(err))
+			if _, err := tx.Exec(ctx, body); err != nil {
+				return fmt.Errorf("idempgx: migrate %s %d (%s): %w", dir, mig.Version, mig.Name, classify(err))
 			}
-			if _, err := tx.Exec(ctx, "DELETE FROM "+m.table("idem_migrations")+" WHERE version = $1", mig.Version); err != nil {
-				return fmt.Errorf("idempgx: unrecord migration %d: %w", mig.Version, classify(err))
+			if _, err := tx.Exec(ctx, record, args...); err != nil {
+				return fmt.Errorf("idempgx: record migration %s %d: %w", dir, mig.Version, classify(err))
 			}
-			reverted = mig.Version
+			moved = mig.Version
 			return nil
 		})
 		if err != nil {
 			return res, err
 		}
-		if reverted == 0 {
+		if moved == 0 {
 			break
 		}
-		res.Versions = append(res.Versions, reverted)
+		res.Versions = append(res.Versions, moved)
 	}
 	return res, nil
 }

@@ -78,54 +78,57 @@ func (l *ledger) check(b *testing.B, msgs int) {
 	}
 }
 
-func BenchmarkProcessSingle(b *testing.B) {
+// benchLedger runs process (one call = size messages, all for the calling
+// goroutine's account) in parallel and reports messages per second.
+func benchLedger(b *testing.B, size int, process func(l *ledger, account int64, next func() string) error) {
 	l := newLedger(b)
-	ctx := context.Background()
 	var seq atomic.Int64
+	next := func() string { return fmt.Sprintf("m%d", seq.Add(1)) }
 	b.SetParallelism(benchParallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		account := l.worker.Add(1) % 256
 		for pb.Next() {
-			msg := idem.Message{Scope: "ledger", Key: fmt.Sprintf("m%d", seq.Add(1))}
-			res, err := l.s.Process(ctx, msg, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, "UPDATE "+l.accounts+" SET balance = balance + 1 WHERE id = $1", account)
-				return err
-			})
-			if err != nil || res != idem.Processed {
-				b.Fatal(res, err)
-			}
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	l.check(b, b.N)
-}
-
-func BenchmarkProcessBatch100(b *testing.B) {
-	const size = 100
-	l := newLedger(b)
-	ctx := context.Background()
-	var seq atomic.Int64
-	b.SetParallelism(benchParallelism)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		account := l.worker.Add(1) % 256
-		msgs := make([]idem.Message, size)
-		for pb.Next() {
-			for i := range msgs {
-				msgs[i] = idem.Message{Scope: "ledger", Key: fmt.Sprintf("m%d", seq.Add(1))}
-			}
-			res, err := l.s.ProcessBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, fresh []int) error {
-				_, err := tx.Exec(ctx, "UPDATE "+l.accounts+" SET balance = balance + $2 WHERE id = $1", account, len(fresh))
-				return err
-			})
-			if err != nil || len(res) != size || res[size-1] != idem.Processed {
-				b.Fatal(res, err)
+			if err := process(l, account, next); err != nil {
+				b.Error(err)
+				return
 			}
 		}
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "msgs/s")
 	l.check(b, b.N*size)
+}
+
+func BenchmarkProcessSingle(b *testing.B) {
+	ctx := context.Background()
+	benchLedger(b, 1, func(l *ledger, account int64, next func() string) error {
+		res, err := l.s.Process(ctx, idem.Message{Scope: "ledger", Key: next()}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE "+l.accounts+" SET balance = balance + 1 WHERE id = $1", account)
+			return err
+		})
+		if err == nil && res != idem.Processed {
+			err = fmt.Errorf("result %v, want processed", res)
+		}
+		return err
+	})
+}
+
+func BenchmarkProcessBatch100(b *testing.B) {
+	const size = 100
+	ctx := context.Background()
+	benchLedger(b, size, func(l *ledger, account int64, next func() string) error {
+		msgs := make([]idem.Message, size)
+		for i := range msgs {
+			msgs[i] = idem.Message{Scope: "ledger", Key: next()}
+		}
+		res, err := l.s.ProcessBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, fresh []int) error {
+			_, err := tx.Exec(ctx, "UPDATE "+l.accounts+" SET balance = balance + $2 WHERE id = $1", account, len(fresh))
+			return err
+		})
+		if err == nil && (len(res) != size || res[size-1] != idem.Processed) {
+			err = fmt.Errorf("results %v, want all processed", res)
+		}
+		return err
+	})
 }
