@@ -30,6 +30,7 @@ const (
 type config struct {
 	maxResult int
 	precision time.Duration
+	ttl       bool
 }
 
 func newConfig(opts *Options) config {
@@ -38,11 +39,26 @@ func newConfig(opts *Options) config {
 		if opts.MaxResultBytes > 0 {
 			c.maxResult = opts.MaxResultBytes
 		}
+		c.ttl = opts.ExpiresByTTL
 		if opts.ClockPrecision > 0 {
 			c.precision = opts.ClockPrecision
 		}
 	}
 	return c
+}
+
+// wantPurged fails unless Purge removed want records, or, for a store
+// whose backend expires records by itself, at most want.
+func (c config) wantPurged(t *testing.T, got int64, want int, contract string) {
+	t.Helper()
+	if got == int64(want) || c.ttl && got >= 0 && got <= int64(want) {
+		return
+	}
+	if c.ttl {
+		t.Errorf("contract: %s: Purge must remove at most the %d expired records the backend has not expired itself, removed %d", contract, want, got)
+		return
+	}
+	t.Errorf("contract: %s: Purge must remove exactly the %d expired records, removed %d", contract, want, got)
 }
 
 // fp returns a distinct fingerprint per label.

@@ -19,6 +19,10 @@ type Options struct {
 	// computed from stored times are compared with this tolerance. Zero
 	// means one millisecond.
 	ClockPrecision time.Duration
+	// ExpiresByTTL says that the backend deletes expired completed records
+	// by itself (Redis key expiry), so Purge may find fewer of them, even
+	// none, left to remove. The expired records must still be gone.
+	ExpiresByTTL bool
 }
 
 // Run runs the Store conformance suite as parallel subtests of one subtest

@@ -16,18 +16,21 @@ import (
 // The memory store is the reference implementation the suite is proven
 // against: a failure here is a bug in the suite or in idemtest.
 func TestMemoryStoreConformance(t *testing.T) {
+	t.Parallel()
 	idemstoretest.Run(t, func(t *testing.T) idem.Store {
 		return idemtest.NewMemoryStore(&idemtest.MemoryOptions{MaxResultBytes: 4096})
 	}, &idemstoretest.Options{MaxResultBytes: 4096})
 }
 
 func TestMemoryStoreConformanceDefaultLimit(t *testing.T) {
+	t.Parallel()
 	idemstoretest.Run(t, func(t *testing.T) idem.Store {
 		return idemtest.NewMemoryStore(nil)
 	}, nil)
 }
 
 func TestMemoryProcessConformance(t *testing.T) {
+	t.Parallel()
 	idemstoretest.RunProcess(t, func(t *testing.T) idemstoretest.ProcessEnv {
 		return newMemoryEnv()
 	})

@@ -52,7 +52,7 @@ func runStore(t *testing.T, newStore func(t *testing.T) idem.Store, opts *Option
 		}
 		t.Run("Expiry", func(t *testing.T) {
 			t.Parallel()
-			testExpiry(t, newStore)
+			testExpiry(t, newStore, c)
 		})
 	})
 }
