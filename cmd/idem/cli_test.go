@@ -409,3 +409,19 @@ func TestStoreRegistry(t *testing.T) {
 		t.Fatalf("openMigrator(nosuchscheme) = %v", err)
 	}
 }
+
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	tests := map[string]string{
+		"sqlite://idem.db":                   "sqlite://idem.db",
+		"postgres://u@h:5432/db?sslmode=off": "'postgres://u@h:5432/db?sslmode=off'",
+		"a b":                                "'a b'",
+		"it's":                               `'it'\''s'`,
+		"":                                   "''",
+	}
+	for in, want := range tests {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -130,7 +130,7 @@ func newMigrateStatusCmd() *cobra.Command {
 				return err
 			}
 			if pending > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d pending; run: idem migrate up --store %s\n", pending, redactDSN(cfg.DSN))
+				fmt.Fprintf(cmd.OutOrStdout(), "%d pending; run: %s\n", pending, migrateUpCommand(*cfg))
 			}
 			return nil
 		},

@@ -155,9 +155,31 @@ func redactDSN(dsn string) string {
 
 // notMigratedError says the schema lacks migrations and how to apply them.
 func notMigratedError(b *backend, cfg storeConfig, detail string) error {
-	cmd := "idem migrate up --store " + redactDSN(cfg.DSN)
+	return fmt.Errorf("the %s store %s is not migrated (%s); run: %s", b.Name, redactDSN(cfg.DSN), detail, migrateUpCommand(cfg))
+}
+
+// migrateUpCommand is the command line that migrates the store cfg names,
+// quoted for a POSIX shell.
+func migrateUpCommand(cfg storeConfig) string {
+	cmd := "idem migrate up --store " + shellQuote(redactDSN(cfg.DSN))
 	if cfg.Schema != "" && cfg.Schema != "public" {
-		cmd += " --schema " + cfg.Schema
+		cmd += " --schema " + shellQuote(cfg.Schema)
 	}
-	return fmt.Errorf("the %s store %s is not migrated (%s); run: %s", b.Name, redactDSN(cfg.DSN), detail, cmd)
+	return cmd
+}
+
+// shellQuote quotes s for a POSIX shell unless it is made only of
+// characters that need no quoting.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("@%+=:,./_-", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

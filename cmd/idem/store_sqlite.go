@@ -34,7 +34,7 @@ func sqlitePath(cfg storeConfig) (string, error) {
 		return path, nil
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("no SQLite database at %s; create it with: idem migrate up --store %s", path, cfg.DSN)
+		return "", fmt.Errorf("no SQLite database at %s; create it with: %s", path, migrateUpCommand(cfg))
 	} else if err != nil {
 		return "", fmt.Errorf("SQLite database %s: %w", path, err)
 	}
