@@ -333,23 +333,30 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, msgs []idem.Message,
 // A commit that fails without a server answer may or may not have
 // committed; it is returned as retryable because redelivering a committed
 // message is harmless (it is then a Duplicate).
-func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit bool, err error)) error {
+func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit bool, err error)) (err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return s.wrap(op+": begin", err)
 	}
-	commit, err := fn(tx)
-	if err != nil || !commit {
-		// The rollback must run even when ctx is what failed; otherwise the
-		// connection goes back to the pool mid-transaction.
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		// Also on a handler panic, and even when ctx is what failed:
+		// otherwise the connection would stay checked out mid-transaction.
 		rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		rbErr := tx.Rollback(rbCtx)
 		cancel()
 		if err == nil && rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
-			return s.wrap(op+": rollback", rbErr)
+			err = s.wrap(op+": rollback", rbErr)
 		}
+	}()
+	commit, err := fn(tx)
+	if err != nil || !commit {
 		return err
 	}
+	committed = true
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {

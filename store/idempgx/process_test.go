@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func (e *processEnv) mustEffects(t *testing.T) map[string]int {
@@ -294,5 +295,34 @@ func TestProcessCommitFailureIsReported(t *testing.T) {
 	}
 	if _, err := e.s.Get(ctx, "", "d"); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("failed commit left a record: %v", err)
+	}
+}
+
+func TestProcessHandlerPanicReleasesConnection(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(databaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // a leaked connection would block the next Process
+	own, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	s, _ := idempgx.New(own, &idempgx.Config{Schema: migratedSchema(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the handler's panic did not propagate")
+			}
+		}()
+		_, _ = s.Process(ctx, idem.Message{Key: "p"}, func(context.Context, pgx.Tx) error { panic("handler bug") })
+	}()
+	res, err := s.Process(ctx, idem.Message{Key: "p"}, func(context.Context, pgx.Tx) error { return nil })
+	if err != nil || res != idem.Processed {
+		t.Fatalf("process after a panic = %v, %v; want Processed (the panicking attempt recorded nothing)", res, err)
 	}
 }
