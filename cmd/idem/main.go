@@ -1,6 +1,17 @@
 // Command idem is the idem command-line tool: the demo, schema migrations,
 // inspection of stored keys and (in later files) the HTTP proxy.
 //
+// # Configuration
+//
+// The store is chosen by --store or IDEM_STORE (default sqlite://idem.db):
+// sqlite://PATH for the embedded store, postgres:// or postgresql:// for
+// PostgreSQL. The PostgreSQL schema holding the idem tables is a separate
+// flag, --schema or IDEM_SCHEMA (default public), rather than a search_path
+// in the DSN, so that the same DSN works for the application and the CLI and
+// the hints the CLI prints ("run: idem migrate up …") name it explicitly.
+// Exit status: 0 success, 1 the command failed, 2 the command line was
+// wrong. Errors are one line on stderr, never a stack trace or usage dump.
+//
 // # Adding a subcommand
 //
 // Create one file, say foo.go, with a constructor and register it in init:
