@@ -326,3 +326,54 @@ func TestProcessHandlerPanicReleasesConnection(t *testing.T) {
 		t.Fatalf("process after a panic = %v, %v; want Processed (the panicking attempt recorded nothing)", res, err)
 	}
 }
+
+func TestProcessTxInCallersTransaction(t *testing.T) {
+	t.Parallel()
+	e := newProcessEnv(t)
+	ctx := ctxT(t)
+	run := func(fn func(tx pgx.Tx) error) {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, e.s.Pool(), fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := idem.Message{Scope: "tx", Key: "one", Fingerprint: fp("1")}
+	for i, want := range []idem.ProcessResult{idem.Processed, idem.Duplicate} {
+		run(func(tx pgx.Tx) error {
+			res, err := e.s.ProcessTx(ctx, tx, msg)
+			if err != nil || res != want {
+				t.Fatalf("ProcessTx %d = %v, %v; want %v", i, res, err, want)
+			}
+			if res == idem.Processed {
+				_, err = tx.Exec(ctx, "INSERT INTO "+e.effects+" (key) VALUES ('one')")
+			}
+			return err
+		})
+	}
+	// A caller's rollback takes the dedupe record with it.
+	tx, err := e.s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.s.ProcessTx(ctx, tx, idem.Message{Scope: "tx", Key: "rolled-back"}); err != nil || res != idem.Processed {
+		t.Fatal(res, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []idem.Message{{Scope: "tx", Key: "rolled-back"}, msg, {Scope: "tx", Key: "one", Fingerprint: fp("2")}}
+	run(func(tx pgx.Tx) error {
+		res, err := e.s.ProcessBatchTx(ctx, tx, msgs)
+		want := []idem.ProcessResult{idem.Processed, idem.Duplicate, idem.Mismatched}
+		if err != nil || fmt.Sprint(res) != fmt.Sprint(want) {
+			t.Fatalf("ProcessBatchTx = %v, %v; want %v", res, err, want)
+		}
+		return nil
+	})
+	if _, err := e.s.Get(ctx, "tx", "rolled-back"); err != nil {
+		t.Fatalf("batch record not committed: %v", err)
+	}
+	if n := e.mustEffects(t)["one"]; n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
