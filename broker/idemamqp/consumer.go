@@ -1,0 +1,330 @@
+package idemamqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/retry"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// DialFunc opens a new connection; the consumer calls it at start and after
+// every connection loss.
+type DialFunc func(ctx context.Context) (*amqp.Connection, error)
+
+// DialURL returns a DialFunc for an AMQP URL.
+func DialURL(url string) DialFunc {
+	return func(context.Context) (*amqp.Connection, error) { return amqp.Dial(url) }
+}
+
+// Config configures a [Consumer].
+type Config struct {
+	// Name is the consumer's name: the dedupe scope and the consumer tag
+	// prefix. Required.
+	Name string
+	// Topology names the queues. Topology.Queue is required.
+	Topology Topology
+	// Declare makes the consumer declare Topology on every connection.
+	Declare bool
+	// Process runs the handler idempotently for each delivery. Required.
+	Process consume.ProcessFunc
+	// Retry is the backoff for failed deliveries (nil: full jitter, base
+	// 1s, cap 1m, 5 attempts).
+	Retry *retry.Policy
+	// Retention is the dedupe window passed to Process. Default 24h. It
+	// must exceed MaxAttempts × Cap and QueueTTL.
+	Retention time.Duration
+	// QueueTTL is the work queue's x-message-ttl, if it has one; it is part
+	// of the redelivery horizon checked against Retention.
+	QueueTTL time.Duration
+	// MissingID is the policy for messages without a message id.
+	MissingID consume.MissingID
+	// Concurrency is the number of handler goroutines. Default 4.
+	Concurrency int
+	// Prefetch is the channel's QoS prefetch count. Default 2×Concurrency.
+	// Keep it small enough that a full prefetch is processed well within
+	// the broker's consumer timeout (30 minutes by default).
+	Prefetch int
+	// Reconnect is the backoff between reconnection attempts; default base
+	// 100ms, cap 10s, no attempt limit.
+	Reconnect *retry.Policy
+	// Hooks observe every handled delivery.
+	Hooks consume.Hooks
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Consumer consumes one work queue through the shared consume.Engine.
+type Consumer struct {
+	dial   DialFunc
+	cfg    Config
+	engine *consume.Engine
+	reconn retry.Policy
+}
+
+// NewConsumer checks cfg, including the dedupe window against the
+// redelivery horizon, and returns a Consumer. It does not connect.
+func NewConsumer(dial DialFunc, cfg *Config) (*Consumer, error) {
+	if dial == nil || cfg == nil {
+		return nil, fmt.Errorf("%w: idemamqp: NewConsumer needs a dial function and a config", idem.ErrInvalidConfig)
+	}
+	c := &Consumer{dial: dial, cfg: *cfg}
+	c.cfg.Topology = c.cfg.Topology.WithDefaults()
+	if err := c.cfg.Topology.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", idem.ErrInvalidConfig, err)
+	}
+	if c.cfg.Concurrency <= 0 {
+		c.cfg.Concurrency = 4
+	}
+	if c.cfg.Prefetch <= 0 {
+		c.cfg.Prefetch = 2 * c.cfg.Concurrency
+	}
+	if c.cfg.Logger == nil {
+		c.cfg.Logger = slog.Default()
+	}
+	if c.cfg.Retention == 0 {
+		c.cfg.Retention = idem.DefaultRetention
+	}
+	engine, err := consume.New(c.cfg.Process, &consume.Config{
+		Name: c.cfg.Name, Retry: c.cfg.Retry, Retention: c.cfg.Retention, MissingID: c.cfg.MissingID,
+		Hooks: c.cfg.Hooks, Logger: c.cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := engine.Policy()
+	if err := consume.CheckRetention(c.cfg.Retention, p.MaxAttempts, p.Cap,
+		consume.Window{Name: "queue x-message-ttl", D: c.cfg.QueueTTL}); err != nil {
+		return nil, err
+	}
+	c.engine = engine
+	rp := retry.Policy{Base: 100 * time.Millisecond, Cap: 10 * time.Second, MaxAttempts: -1}
+	if c.cfg.Reconnect != nil {
+		rp = *c.cfg.Reconnect
+	}
+	c.reconn = rp.WithDefaults()
+	return c, nil
+}
+
+// Engine returns the consumer's engine.
+func (c *Consumer) Engine() *consume.Engine { return c.engine }
+
+// Run consumes until ctx ends, reconnecting with backoff whenever the
+// connection or channel is lost. It returns nil when ctx ends, or the error
+// of a session that failed for a reason a reconnect cannot fix (a topology
+// mismatch, access refused on the queue).
+func (c *Consumer) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		handled, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) && !aerr.Recover && (aerr.Code == amqp.AccessRefused || aerr.Code == amqp.PreconditionFailed) {
+			return err
+		}
+		if handled {
+			failures = 0
+		}
+		d := c.reconn.Delay(failures)
+		failures++
+		c.cfg.Logger.Warn("idem: amqp session ended; reconnecting", "consumer", c.cfg.Name, "err", err, "in", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// session runs one connection until it is lost or ctx ends, and reports
+// whether it handled any delivery.
+func (c *Consumer) session(ctx context.Context) (handled bool, err error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return false, fmt.Errorf("idemamqp: dial: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("idemamqp: open channel: %w", err)
+	}
+	pub, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("idemamqp: open publishing channel: %w", err)
+	}
+	if err := pub.Confirm(false); err != nil {
+		return false, fmt.Errorf("idemamqp: confirm mode: %w", err)
+	}
+	if c.cfg.Declare {
+		if err := Declare(ch, c.cfg.Topology); err != nil {
+			return false, err
+		}
+	}
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("idemamqp: qos: %w", err)
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	deliveries, err := ch.ConsumeWithContext(ctx, c.cfg.Topology.Queue, "", false, false, false, false, nil)
+	if err != nil {
+		return false, fmt.Errorf("idemamqp: consume %q: %w", c.cfg.Topology.Queue, err)
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		seen   bool
+		s      = &session{c: c, pub: pub}
+		handle = func(d amqp.Delivery) {
+			c.engine.Handle(ctx, &delivery{s: s, d: d})
+			mu.Lock()
+			seen = true
+			mu.Unlock()
+		}
+	)
+	for range c.cfg.Concurrency {
+		wg.Go(func() {
+			for d := range deliveries {
+				handle(d)
+			}
+		})
+	}
+	// deliveries closes when the channel or connection closes, or when
+	// ctx ends (ConsumeWithContext cancels the consumer).
+	wg.Wait()
+	select {
+	case e := <-closed:
+		if e != nil {
+			return seen, e
+		}
+	default:
+	}
+	if ctx.Err() != nil {
+		return seen, ctx.Err()
+	}
+	return seen, errors.New("idemamqp: delivery channel closed")
+}
+
+// session is what deliveries of one connection share.
+type session struct {
+	c   *Consumer
+	pub *amqp.Channel
+}
+
+// publish sends p and waits for the broker's confirmation.
+func (s *session) publish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
+	dc, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, p)
+	if err != nil {
+		return idem.Retryable(fmt.Errorf("idemamqp: publish to %q/%q: %w", exchange, key, err))
+	}
+	ok, err := dc.WaitContext(ctx)
+	if err != nil {
+		return idem.Retryable(fmt.Errorf("idemamqp: confirm of publish to %q/%q: %w", exchange, key, err))
+	}
+	if !ok {
+		return idem.Retryable(fmt.Errorf("idemamqp: broker nacked publish to %q/%q", exchange, key))
+	}
+	return nil
+}
+
+// delivery adapts an amqp.Delivery to consume.Delivery.
+type delivery struct {
+	s *session
+	d amqp.Delivery
+}
+
+func (d *delivery) ID() string   { return d.d.MessageId }
+func (d *delivery) Body() []byte { return d.d.Body }
+
+// Origin is the exchange and routing key the message was first published
+// to, as "exchange/routing-key": carried in a header once the message has
+// been through the retry queue.
+func (d *delivery) Origin() string {
+	if o, ok := header(d.d.Headers, consume.HeaderOrigin); ok {
+		return o
+	}
+	return d.d.Exchange + "/" + d.d.RoutingKey
+}
+
+func (d *delivery) State() consume.State {
+	return consume.ParseState(func(name string) (string, bool) { return header(d.d.Headers, name) })
+}
+
+func (d *delivery) Ack(context.Context) error { return d.d.Ack(false) }
+
+func (d *delivery) Requeue(context.Context) error { return d.d.Nack(false, true) }
+
+func (d *delivery) Retry(ctx context.Context, after time.Duration, st consume.State) error {
+	p := d.copy(st.Headers())
+	// A TTL of 0 would still go through the retry queue at once.
+	p.Expiration = strconv.FormatInt(max(after.Milliseconds(), 0), 10)
+	if err := d.s.publish(ctx, "", d.s.c.cfg.Topology.RetryQueue, p); err != nil {
+		return err
+	}
+	return d.d.Ack(false)
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error {
+	t := d.s.c.cfg.Topology
+	if err := d.s.publish(ctx, t.DeadLetterExchange, t.DeadLetterQueue, d.copy(dl.Headers())); err != nil {
+		return err
+	}
+	return d.d.Ack(false)
+}
+
+// copy returns the message as a persistent publishing with its properties,
+// its headers (x-death included) and extra headers on top.
+func (d *delivery) copy(extra map[string]string) amqp.Publishing {
+	h := amqp.Table{}
+	maps.Copy(h, d.d.Headers)
+	for k, v := range extra {
+		h[k] = v
+	}
+	h[consume.HeaderOrigin] = d.Origin()
+	return amqp.Publishing{
+		Headers:         h,
+		ContentType:     d.d.ContentType,
+		ContentEncoding: d.d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        d.d.Priority,
+		CorrelationId:   d.d.CorrelationId,
+		ReplyTo:         d.d.ReplyTo,
+		MessageId:       d.d.MessageId,
+		Timestamp:       d.d.Timestamp,
+		Type:            d.d.Type,
+		AppId:           d.d.AppId,
+		Body:            d.d.Body,
+	}
+}
+
+// header returns a string header; other types are formatted.
+func header(h amqp.Table, name string) (string, bool) {
+	v, ok := h[name]
+	if !ok || v == nil {
+		return "", false
+	}
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case []byte:
+		return string(v), true
+	}
+	return fmt.Sprint(v), true
+}
+
+// splitOrigin splits "exchange/routing-key" (AMQP exchange names hold no
+// slash).
+func splitOrigin(o string) (exchange, key string, ok bool) {
+	return strings.Cut(o, "/")
+}

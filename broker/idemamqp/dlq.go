@@ -1,0 +1,253 @@
+package idemamqp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/idem-go/idem/consume"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// HeaderRedrives counts how many times a dead letter was redriven.
+const HeaderRedrives = "x-idem-redrives"
+
+// DefaultMaxRedrives caps redrives of one message.
+const DefaultMaxRedrives = 3
+
+// XDeath is one entry of RabbitMQ's x-death header.
+type XDeath struct {
+	Queue       string
+	Reason      string
+	Exchange    string
+	RoutingKeys []string
+	Count       int64
+	Time        time.Time
+}
+
+// DeadMessage is a dead letter with its failure context.
+type DeadMessage struct {
+	consume.DeadLetter
+	// ID is the message id.
+	ID string
+	// Redrives is how many times it was redriven already.
+	Redrives int
+	// XDeath holds RabbitMQ's dead-lettering history, newest first.
+	XDeath  []XDeath
+	Headers amqp.Table
+	Body    []byte
+	// Published is the message's timestamp property (zero if unset).
+	Published time.Time
+}
+
+// Age is how long ago the message last failed (or was published).
+func (m DeadMessage) Age(now time.Time) time.Duration {
+	switch {
+	case !m.LastFailure.IsZero():
+		return now.Sub(m.LastFailure)
+	case !m.Published.IsZero():
+		return now.Sub(m.Published)
+	}
+	return 0
+}
+
+func parseDeadMessage(d amqp.Delivery) DeadMessage {
+	m := DeadMessage{
+		DeadLetter: consume.ParseDeadLetter(func(n string) (string, bool) { return header(d.Headers, n) }),
+		ID:         d.MessageId, Headers: d.Headers, Body: d.Body, Published: d.Timestamp,
+	}
+	if v, ok := header(d.Headers, HeaderRedrives); ok {
+		m.Redrives, _ = strconv.Atoi(v)
+	}
+	if m.Reason == "" {
+		// Dead-lettered by the broker itself (TTL, rejection, length limit).
+		if xs, ok := d.Headers["x-death"].([]any); ok && len(xs) > 0 {
+			if t, ok := xs[0].(amqp.Table); ok {
+				m.Reason, _ = t["reason"].(string)
+			}
+		}
+	}
+	if xs, ok := d.Headers["x-death"].([]any); ok {
+		for _, x := range xs {
+			t, ok := x.(amqp.Table)
+			if !ok {
+				continue
+			}
+			e := XDeath{}
+			e.Queue, _ = t["queue"].(string)
+			e.Reason, _ = t["reason"].(string)
+			e.Exchange, _ = t["exchange"].(string)
+			e.Count, _ = t["count"].(int64)
+			e.Time, _ = t["time"].(time.Time)
+			if rks, ok := t["routing-keys"].([]any); ok {
+				for _, rk := range rks {
+					if s, ok := rk.(string); ok {
+						e.RoutingKeys = append(e.RoutingKeys, s)
+					}
+				}
+			}
+			m.XDeath = append(m.XDeath, e)
+		}
+	}
+	return m
+}
+
+// ListDeadLetters returns up to limit messages of the dead-letter queue
+// with their failure context, without consuming them: they are fetched
+// unacknowledged and go back to the queue when the channel closes.
+func ListDeadLetters(ctx context.Context, conn *amqp.Connection, queue string, limit int) ([]DeadMessage, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("idemamqp: open channel: %w", err)
+	}
+	defer ch.Close()
+	var out []DeadMessage
+	for len(out) < limit {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		d, ok, err := ch.Get(queue, false)
+		if err != nil {
+			return out, fmt.Errorf("idemamqp: read %q: %w", queue, err)
+		}
+		if !ok {
+			break
+		}
+		out = append(out, parseDeadMessage(d))
+	}
+	return out, nil
+}
+
+// RedriveOptions tune [Redrive].
+type RedriveOptions struct {
+	// MaxRedrives refuses to redrive a message redriven this many times
+	// already (it stays in the dead letters). Default DefaultMaxRedrives.
+	MaxRedrives int
+	// Limit bounds the messages examined. Default 1000.
+	Limit int
+}
+
+// RedriveResult says what [Redrive] did.
+type RedriveResult struct {
+	// Redriven lists the ids sent back to their origin.
+	Redriven []string
+	// Capped lists the ids left in the dead letters because they reached
+	// MaxRedrives.
+	Capped []string
+}
+
+// Redrive sends the dead letters that match back to their original
+// exchange and routing key, with the failure headers cleared (so they get
+// a fresh set of attempts) and HeaderRedrives incremented. Each is acked
+// from the dead-letter queue only after the broker confirms the copy. It is
+// a manual operation: run it after fixing what made the messages fail.
+func Redrive(ctx context.Context, conn *amqp.Connection, queue string, match func(DeadMessage) bool, opts *RedriveOptions) (RedriveResult, error) {
+	var res RedriveResult
+	o := RedriveOptions{MaxRedrives: DefaultMaxRedrives, Limit: 1000}
+	if opts != nil {
+		if opts.MaxRedrives > 0 {
+			o.MaxRedrives = opts.MaxRedrives
+		}
+		if opts.Limit > 0 {
+			o.Limit = opts.Limit
+		}
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return res, fmt.Errorf("idemamqp: open channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return res, fmt.Errorf("idemamqp: confirm mode: %w", err)
+	}
+	for range o.Limit {
+		d, ok, err := ch.Get(queue, false)
+		if err != nil {
+			return res, fmt.Errorf("idemamqp: read %q: %w", queue, err)
+		}
+		if !ok {
+			break
+		}
+		m := parseDeadMessage(d)
+		if match != nil && !match(m) {
+			continue // stays unacked; back in the queue when the channel closes
+		}
+		if m.Redrives >= o.MaxRedrives {
+			res.Capped = append(res.Capped, m.ID)
+			continue
+		}
+		exchange, key, ok := splitOrigin(m.Origin)
+		if !ok {
+			exchange, key = "", firstRoutingKey(m)
+		}
+		if key == "" && exchange == "" {
+			return res, fmt.Errorf("idemamqp: message %q has no origin to redrive it to", m.ID)
+		}
+		h := amqp.Table{}
+		maps.Copy(h, d.Headers)
+		for _, k := range []string{consume.HeaderAttempts, consume.HeaderInfraRetries, consume.HeaderFirstFailure,
+			consume.HeaderLastFailure, consume.HeaderLastError, consume.HeaderReason, consume.HeaderConsumer} {
+			delete(h, k)
+		}
+		h[HeaderRedrives] = strconv.Itoa(m.Redrives + 1)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp.Publishing{
+			Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent,
+			CorrelationId: d.CorrelationId, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
+		})
+		if err != nil {
+			return res, fmt.Errorf("idemamqp: redrive %q: %w", m.ID, err)
+		}
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			return res, fmt.Errorf("idemamqp: redrive %q not confirmed: %w", m.ID, errors.Join(err, errors.New("nacked")))
+		}
+		if err := d.Ack(false); err != nil {
+			return res, fmt.Errorf("idemamqp: ack %q after redrive: %w", m.ID, err)
+		}
+		res.Redriven = append(res.Redriven, m.ID)
+	}
+	return res, nil
+}
+
+func firstRoutingKey(m DeadMessage) string {
+	for i := len(m.XDeath) - 1; i >= 0; i-- {
+		if len(m.XDeath[i].RoutingKeys) > 0 {
+			return m.XDeath[i].RoutingKeys[0]
+		}
+	}
+	return ""
+}
+
+// Publish publishes p persistently on ch, which must be in confirm mode,
+// and waits for the broker's confirmation. The message id is p.MessageId,
+// or the SHA-256 of the body when it is empty, so that a retried publish
+// of the same content is deduplicated by the consumer.
+func Publish(ctx context.Context, ch *amqp.Channel, exchange, key string, p amqp.Publishing) error {
+	if p.MessageId == "" {
+		sum := sha256.Sum256(p.Body)
+		p.MessageId = hex.EncodeToString(sum[:])
+	}
+	p.DeliveryMode = amqp.Persistent
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, p)
+	if err != nil {
+		return fmt.Errorf("idemamqp: publish: %w", err)
+	}
+	if dc == nil {
+		return errors.New("idemamqp: publish: the channel is not in confirm mode")
+	}
+	ok, err := dc.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("idemamqp: publish confirm: %w", err)
+	}
+	if !ok {
+		return errors.New("idemamqp: publish nacked by the broker")
+	}
+	return nil
+}
