@@ -205,6 +205,8 @@ func TestNewWithCallersDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	hammerClaims(t, []*Store{s}, 32, 5)
+	createEffects(t, db)
+	processDuplicates(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -276,6 +278,13 @@ func TestConcurrentProcessDuplicates(t *testing.T) {
 	t.Parallel()
 	s := newTestStore(t, nil)
 	createEffects(t, s.DB())
+	processDuplicates(t, s)
+}
+
+// processDuplicates delivers one message from 64 goroutines at once and
+// checks that exactly one delivery ran its effect.
+func processDuplicates(t *testing.T, s *Store) {
+	t.Helper()
 	ctx := context.Background()
 	msg := idem.Message{Scope: "consumer", Key: "order-1", Fingerprint: idem.FingerprintBytes([]byte("body"))}
 	var wg sync.WaitGroup
