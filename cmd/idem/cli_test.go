@@ -425,3 +425,17 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+func TestSQLiteUnusableFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk.db")
+	if err := os.WriteFile(junk, bytes.Repeat([]byte("not a database "), 400), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, runCLI(t, nil, "keys", "get", "k", "--store", "sqlite://"+junk), exitFailure,
+		"cannot open SQLite database "+junk, "not a database")
+	wantExit(t, runCLI(t, nil, "migrate", "status", "--store", "sqlite://"+dir), exitFailure, "cannot open SQLite database "+dir)
+	missingDir := filepath.Join(dir, "no", "such", "dir", "x.db")
+	wantExit(t, runCLI(t, nil, "migrate", "up", "--store", "sqlite://"+missingDir), exitFailure, "cannot open SQLite database "+missingDir)
+}

@@ -41,8 +41,15 @@ func sqlitePath(cfg storeConfig) (string, error) {
 	return path, nil
 }
 
+// sqliteOpenError explains a database that exists but cannot be used.
+func sqliteOpenError(path string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "idemsqlite: open "+path+": ")
+	return fmt.Errorf("cannot open SQLite database %s: %s; check that the path is an idem SQLite file you may read and write", path, msg)
+}
+
 func openSQLite(ctx context.Context, cfg storeConfig) (idem.Store, func() error, error) {
-	if _, err := sqlitePath(cfg); err != nil {
+	path, err := sqlitePath(cfg)
+	if err != nil {
 		return nil, nil, err
 	}
 	s, err := idemsqlite.Open(ctx, cfg.DSN, nil)
@@ -51,18 +58,19 @@ func openSQLite(ctx context.Context, cfg storeConfig) (idem.Store, func() error,
 		if errors.As(err, &nm) {
 			return nil, nil, notMigratedError(backends["sqlite"], cfg, fmt.Sprintf("at version %d of %d", nm.Version, nm.Latest))
 		}
-		return nil, nil, fmt.Errorf("open SQLite store %s: %w", cfg.DSN, err)
+		return nil, nil, sqliteOpenError(path, err)
 	}
 	return s, s.Close, nil
 }
 
 func openSQLiteMigrator(ctx context.Context, cfg storeConfig) (migrator, func() error, error) {
-	if _, err := sqlitePath(cfg); err != nil {
+	path, err := sqlitePath(cfg)
+	if err != nil {
 		return nil, nil, err
 	}
 	db, err := idemsqlite.OpenDB(ctx, cfg.DSN)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open SQLite database %s: %w", cfg.DSN, err)
+		return nil, nil, sqliteOpenError(path, err)
 	}
 	m, err := idemsqlite.NewMigrator(db)
 	if err != nil {
