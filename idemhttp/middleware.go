@@ -348,7 +348,11 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) (idem.Call, *
 		return call, p
 	}
 	content := body
-	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
+	// A JSON request without a document (empty or only white space) has no
+	// content to canonicalise; it fingerprints as empty.
+	if isJSON(r.Header.Get("Content-Type")) && len(bytes.TrimSpace(body)) == 0 {
+		content = nil
+	} else if isJSON(r.Header.Get("Content-Type")) {
 		if content, err = idem.CanonicalJSON(body); err != nil {
 			return call, newProblem(http.StatusBadRequest, TypeBodyInvalid, "Invalid JSON body", err)
 		}
