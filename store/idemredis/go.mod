@@ -8,9 +8,14 @@ replace github.com/idem-go/idem => ../..
 
 require (
 	github.com/idem-go/idem/store/idemstoretest v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 )
 
-require golang.org/x/sys v0.48.0 // indirect
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
 
 replace github.com/idem-go/idem/store/idemstoretest => ../idemstoretest

@@ -53,8 +53,9 @@ local ex = string.format('%.0f', now + tonumber(ARGV[4]) + tonumber(ARGV[5]))
 if takeover == 1 then
   redis.call('HSET', KEYS[1], 'tok', stok, 'le', le, 'ex', ex)
 else
+  -- r, f and ts are written by Complete; absent means empty and false.
   redis.call('HSET', KEYS[1], 's', ARGV[1], 'k', ARGV[2], 'st', 'p', 'fp', ARGV[3], 'tok', stok,
-    'r', '', 'f', '0', 'ts', '0', 'ca', string.format('%.0f', now), 'le', le, 'ex', ex)
+    'ca', string.format('%.0f', now), 'le', le, 'ex', ex)
 end
 redis.call('PEXPIREAT', KEYS[1], ex)
 return {1, stok, le, takeover}

@@ -355,7 +355,7 @@ func (s *Store) parseRecord(vals []rueidis.RedisMessage) (idem.Record, error) {
 	copy(rec.Fingerprint[:], str[3])
 	rec.Failed = str[6] == "1"
 	rec.Tombstone = str[7] == "1"
-	if !rec.Tombstone {
+	if rec.State == idem.StateCompleted && !rec.Tombstone {
 		rec.Result = []byte(str[5])
 	}
 	var err error

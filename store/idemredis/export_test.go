@@ -1,0 +1,5 @@
+package idemredis
+
+// ClaimScript exposes the claim script to the driver benchmark, which runs
+// it through go-redis to compare the two clients on the same work.
+const ClaimScript = claimScript
