@@ -251,3 +251,35 @@ func Publish(ctx context.Context, ch *amqp.Channel, exchange, key string, p amqp
 	}
 	return nil
 }
+
+// Report describes the dead letter for a person: why it failed, how often,
+// when, where it came from and RabbitMQ's own dead-lettering history.
+func (m DeadMessage) Report(now time.Time) string {
+	var b []byte
+	b = fmt.Appendf(b, "message %q: %s after %d attempt(s)", m.ID, orDash(m.Reason), m.Attempts)
+	if m.Consumer != "" {
+		b = fmt.Appendf(b, " in consumer %q", m.Consumer)
+	}
+	b = fmt.Appendf(b, "\n  origin: %s\n", orDash(m.Origin))
+	if !m.FirstFailure.IsZero() {
+		b = fmt.Appendf(b, "  failures: first %s, last %s (%s ago)\n",
+			m.FirstFailure.UTC().Format(time.RFC3339), m.LastFailure.UTC().Format(time.RFC3339), m.Age(now).Round(time.Second))
+	}
+	b = fmt.Appendf(b, "  last error: %s\n", orDash(m.LastError))
+	if m.Redrives > 0 {
+		b = fmt.Appendf(b, "  redriven %d time(s)\n", m.Redrives)
+	}
+	for _, x := range m.XDeath {
+		b = fmt.Appendf(b, "  x-death: %s from queue %q (exchange %q, routing keys %v) ×%d, last %s\n",
+			x.Reason, x.Queue, x.Exchange, x.RoutingKeys, x.Count, x.Time.UTC().Format(time.RFC3339))
+	}
+	b = fmt.Appendf(b, "  body: %d bytes", len(m.Body))
+	return string(b)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
