@@ -33,6 +33,7 @@ require (
 	github.com/idem-go/idem/store/idempgx v0.0.0
 	github.com/idem-go/idem/store/idemsqlite v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
+	go.uber.org/goleak v1.3.0
 )
 
 replace (

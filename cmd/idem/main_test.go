@@ -1,0 +1,13 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a goroutine outlives the tests: every
+// command must close the store (pool, database) it opened.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
