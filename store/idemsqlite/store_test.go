@@ -479,3 +479,51 @@ func TestDurable(t *testing.T) {
 		t.Error("the SQLite store is durable")
 	}
 }
+
+// TestBusyIsRetryable holds the write lock from another connection past the
+// store's busy timeout: the store must give up with a retryable error and
+// leave nothing behind.
+func TestBusyIsRetryable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	if s, err := Open(ctx, path, &Config{AutoMigrate: true, Logger: quietLogger}); err != nil {
+		t.Fatal(err)
+	} else {
+		s.Close()
+	}
+	db, err := sql.Open(DriverName, "file:"+path+"?_pragma=busy_timeout(50)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := OpenDB(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	tx, err := holder.BeginTx(ctx, nil) // BEGIN IMMEDIATE: takes the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+
+	_, err = s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: time.Minute})
+	if !idem.IsRetryable(err) {
+		t.Errorf("Claim while another connection holds the lock: %v, want a retryable error", err)
+	}
+	_, err = s.Process(ctx, idem.Message{Key: "k"}, func(context.Context, *sql.Tx) error { return nil })
+	if !idem.IsRetryable(err) {
+		t.Errorf("Process while another connection holds the lock: %v, want a retryable error", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "", "k"); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("a busy failure must record nothing: %v", err)
+	}
+}
