@@ -130,7 +130,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return nil
 		}
 		var aerr *amqp.Error
-		if errors.As(err, &aerr) && !aerr.Recover && (aerr.Code == amqp.AccessRefused || aerr.Code == amqp.PreconditionFailed) {
+		if errors.As(err, &aerr) && (aerr.Code == amqp.AccessRefused || aerr.Code == amqp.PreconditionFailed) {
 			return err
 		}
 		if handled {
