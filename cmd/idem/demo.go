@@ -42,8 +42,9 @@ again), is fed to two consumers:
   idem   the dedupe record and the balance update commit in one transaction
          (idemsqlite Process); a duplicate hits the unique key and is skipped
 
-The idem consumer then runs once more with several goroutines at once, so
-duplicates race each other and the database serialises them.
+The idem consumer then runs once more with several goroutines at once and
+the copies of each message queued back to back, so duplicates race each other
+and the database serialises them.
 
 The exit status is 0 only when the idem balances are exact. The stream depends
 only on --seed. --store defaults to a temporary file; IDEM_STORE is not read

@@ -94,10 +94,23 @@ func deliver(ctx context.Context, s demoStream, c consumer) (deliveryStats, erro
 }
 
 // deliverConcurrently hands the same deliveries as deliver (the crash's
-// redelivery included) to c from workers goroutines at once, so duplicates
-// of one payment race each other.
+// redelivery included) to c from workers goroutines at once. The copies of
+// a payment are queued back to back, so they reach different goroutines at
+// the same moment and race each other: only the database can settle that.
 func deliverConcurrently(ctx context.Context, s demoStream, workers int, c consumer) (deliveryStats, error) {
-	queue := append(append([]payment(nil), s.Deliveries...), s.Deliveries[s.CrashAt])
+	all := append(append([]payment(nil), s.Deliveries...), s.Deliveries[s.CrashAt])
+	copies := map[string][]payment{}
+	var order []string
+	for _, p := range all {
+		if copies[p.ID] == nil {
+			order = append(order, p.ID)
+		}
+		copies[p.ID] = append(copies[p.ID], p)
+	}
+	queue := make([]payment, 0, len(all))
+	for _, id := range order {
+		queue = append(queue, copies[id]...)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	work := make(chan payment)
