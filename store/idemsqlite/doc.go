@@ -76,7 +76,10 @@
 // # Performance
 //
 // See store_benchmark_test.go: `go test -run '^$' -bench . -benchtime=2000x`.
-// Batching is where throughput comes from: each transaction pays one fsync,
-// so ProcessBatch of 100 messages is more than 20 times faster per message
-// than one Process per message.
+// Batching is where throughput comes from: each transaction pays one fsync.
+// Medians of 5 runs on the shared 2-core development machine (load ~15):
+//
+//	ClaimComplete        3.50 ms/op   (two durable transactions)
+//	Process              1.36 ms/msg     736 msgs/s
+//	ProcessBatch of 100  40.4 µs/msg  24,763 msgs/s   33.6× Process
 package idemsqlite
