@@ -13,7 +13,8 @@ import (
 // records are gone all the same (Get returns ErrNotFound, checked by
 // TestExpiredRecordsAreGone). They stay skipped until the suite can be told
 // that a backend expires records by itself.
-const purgeCountSubtests = "TestConformance/Store/Expiry/^(Purge|TokensIncreaseAcrossDeleteAndPurge)$"
+const purgeCountSubtests = "TestConformance/Store/Expiry/^(Purge|TokensIncreaseAcrossDeleteAndPurge)$" +
+	"|TestCluster/Conformance/Store/Expiry/^(Purge|TokensIncreaseAcrossDeleteAndPurge)$"
 
 func TestMain(m *testing.M) {
 	flag.Parse()
