@@ -41,6 +41,12 @@ type Store struct {
 	maxResult int
 	logger    *slog.Logger
 	closed    atomic.Bool
+	// writeLock queues this store's write transactions in Go. SQLite's busy
+	// handler polls with growing sleeps and is not fair: with dozens of
+	// goroutines on a loaded machine one waiter can lose every poll until
+	// busy_timeout runs out. A channel hands the lock over in order, so
+	// SQLite only arbitrates between processes (or other pools).
+	writeLock chan struct{}
 	// now is the store clock: for an embedded database it is the process
 	// clock, read once per transaction.
 	now func() time.Time
@@ -82,7 +88,8 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 }
 
 func newStore(ctx context.Context, db *sql.DB, cfg *Config) (*Store, error) {
-	s := &Store{db: db, maxResult: idem.DefaultMaxResultBytes, logger: slog.Default(), now: time.Now}
+	s := &Store{db: db, maxResult: idem.DefaultMaxResultBytes, logger: slog.Default(), now: time.Now,
+		writeLock: make(chan struct{}, 1)}
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -169,6 +176,12 @@ func fromMicros(v sql.NullInt64) time.Time {
 func (s *Store) inTx(ctx context.Context, what string, fn func(tx *sql.Tx, now int64) error) error {
 	if err := s.checkOpen(); err != nil {
 		return err
+	}
+	select {
+	case s.writeLock <- struct{}{}:
+		defer func() { <-s.writeLock }()
+	case <-ctx.Done():
+		return fmt.Errorf("idemsqlite: %s: waiting for the write lock: %w", what, context.Cause(ctx))
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
