@@ -106,6 +106,27 @@ type pgEnv struct {
 
 func newPG(t *testing.T) *pgEnv {
 	t.Helper()
+	e := attachPG(t, "idemamqp_"+suffix())
+	ctx := context.Background()
+	m, err := idempgx.NewMigrator(e.pool, &idempgx.MigratorConfig{Schema: e.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (account text PRIMARY KEY, amount bigint NOT NULL, applied int NOT NULL DEFAULT 0)`, e.table())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.pool.Exec(context.Background(), fmt.Sprintf("DROP SCHEMA %s CASCADE", pgx.Identifier{e.schema}.Sanitize()))
+	})
+	return e
+}
+
+// attachPG opens the store over an existing schema.
+func attachPG(t *testing.T, schema string) *pgEnv {
+	t.Helper()
 	url := envURL(t, "IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	poolOnce.Do(func() {
 		cfg, err := pgxpool.ParseConfig(url)
@@ -119,22 +140,6 @@ func newPG(t *testing.T) *pgEnv {
 	if poolErr != nil {
 		t.Fatal(poolErr)
 	}
-	ctx := context.Background()
-	schema := "idemamqp_" + suffix()
-	m, err := idempgx.NewMigrator(pool, &idempgx.MigratorConfig{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	bal := pgx.Identifier{schema, "balances"}.Sanitize()
-	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (account text PRIMARY KEY, amount bigint NOT NULL, applied int NOT NULL DEFAULT 0)`, bal)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pool.Exec(context.Background(), fmt.Sprintf("DROP SCHEMA %s CASCADE", pgx.Identifier{schema}.Sanitize()))
-	})
 	st, err := idempgx.New(pool, &idempgx.Config{Schema: schema, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
