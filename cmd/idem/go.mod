@@ -31,8 +31,10 @@ replace github.com/idem-go/idem => ../..
 
 require (
 	github.com/idem-go/idem/store/idempgx v0.0.0
+	github.com/idem-go/idem/store/idemredis v0.0.0
 	github.com/idem-go/idem/store/idemsqlite v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/redis/rueidis v1.0.79
 	go.uber.org/goleak v1.3.0
 )
 
@@ -41,3 +43,5 @@ replace (
 	github.com/idem-go/idem/store/idemsqlite => ../../store/idemsqlite
 	github.com/idem-go/idem/store/idemstoretest => ../../store/idemstoretest
 )
+
+replace github.com/idem-go/idem/store/idemredis => ../../store/idemredis
