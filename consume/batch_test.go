@@ -98,7 +98,9 @@ func TestHandleBatchFallsBackOneByOne(t *testing.T) {
 			return func(context.Context, []idem.Message, []consume.Delivery) ([]idem.ProcessResult, error) { panic("boom") }
 		},
 		"short results": func(*ledger) consume.BatchProcessFunc {
-			return func(context.Context, []idem.Message, []consume.Delivery) ([]idem.ProcessResult, error) { return nil, nil }
+			return func(context.Context, []idem.Message, []consume.Delivery) ([]idem.ProcessResult, error) {
+				return nil, nil
+			}
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
