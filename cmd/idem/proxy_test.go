@@ -143,43 +143,45 @@ func TestProxyFlags(t *testing.T) {
 	}
 }
 
-// The issue's acceptance: 100 parallel POSTs with one key through the proxy
-// on a durable store → one upstream request; then replays; principals
-// isolated; graceful stop with a request in flight.
-func TestProxyInProcess(t *testing.T) {
-	t.Parallel()
-	api := &orderAPI{delay: 100 * time.Millisecond, block: make(chan struct{})}
-	up := httptest.NewServer(api)
-	defer up.Close()
-	dsn := migratedSQLite(t)
-
+// inProcessProxy runs "idem proxy args…" in-process on a free port and
+// returns its base URL and a function that stops it (as SIGTERM does) and
+// returns the exit code and everything logged.
+func inProcessProxy(t *testing.T, args ...string) (base string, stop func() (int, string)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan struct{})
 	var code int
 	go func() {
 		defer close(done)
-		// A 100-way burst queues every claim behind SQLite's single writer
-		// (slowly, under -race on a shared machine), so this test keeps the
-		// default lease; TestProxyCrashRestart proves a 1 s lease survives
-		// a request several leases long.
-		code = runEnv(ctx, []string{"proxy", "--listen", "127.0.0.1:0", "--upstream", up.URL, "--store", dsn},
+		code = runEnv(ctx, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...),
 			&stdout, &stderr, func(string) string { return "" })
 	}()
-	base := waitListening(t, &stdout, done)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
-	defer client.CloseIdleConnections()
+	t.Cleanup(func() { cancel(); <-done })
+	base = waitListening(t, &stdout, done)
+	return base, func() (int, string) {
+		cancel()
+		<-done
+		return code, stderr.String()
+	}
+}
 
+// burst sends n parallel POSTs with one key and checks the acceptance: one
+// upstream request, every response the original or a 409 with Retry-After,
+// then replays with the stored headers and a 422 for another body. It
+// returns the original body.
+func burst(t *testing.T, client *http.Client, base string, api *orderAPI, n int) string {
+	t.Helper()
 	const body = `{"sku":"x","qty":1}`
-	res := make([]proxyResponse, 100)
+	before := api.calls.Load()
+	res := make([]proxyResponse, n)
 	var wg sync.WaitGroup
 	for i := range res {
 		wg.Go(func() { res[i] = postKey(t, client, base, `"order-1"`, "Bearer A", body) })
 	}
 	wg.Wait()
-	if n := api.calls.Load(); n != 1 {
-		t.Fatalf("upstream received %d requests, want 1\n%s", n, stderr.String())
+	if got := api.calls.Load() - before; got != 1 {
+		t.Fatalf("upstream received %d requests, want 1", got)
 	}
 	var original string
 	for _, r := range res {
@@ -200,14 +202,43 @@ func TestProxyInProcess(t *testing.T) {
 	}
 	for range 3 {
 		r := postKey(t, client, base, `"order-1"`, "Bearer A", `{ "qty": 1, "sku": "x" }`)
-		if r.status != http.StatusCreated || r.body != original || r.header.Get("Idempotent-Replayed") != "true" ||
-			r.header.Get("Location") != "/orders/1" || r.header.Get("Set-Cookie") != "" {
+		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" ||
+			!strings.HasPrefix(r.header.Get("Location"), "/orders/") || r.header.Get("Set-Cookie") != "" {
 			t.Fatalf("retry: %d %q %v", r.status, r.body, r.header)
+		}
+		if original == "" {
+			original = r.body // every burst response was a 409
+		} else if r.body != original {
+			t.Fatalf("retry body %q, want %q", r.body, original)
 		}
 	}
 	if r := postKey(t, client, base, `"order-1"`, "Bearer A", `{"sku":"y","qty":1}`); r.status != http.StatusUnprocessableEntity {
 		t.Fatalf("different body: %d", r.status)
 	}
+	if got := api.calls.Load() - before; got != 1 {
+		t.Fatalf("upstream received %d requests, want 1", got)
+	}
+	return original
+}
+
+// The issue's acceptance: 100 parallel POSTs with one key through the proxy
+// on a durable store → one upstream request; then replays; principals
+// isolated; graceful stop with a request in flight.
+func TestProxyInProcess(t *testing.T) {
+	t.Parallel()
+	api := &orderAPI{delay: 100 * time.Millisecond, block: make(chan struct{})}
+	up := httptest.NewServer(api)
+	defer up.Close()
+	// A 100-way burst queues every claim behind SQLite's single writer
+	// (slowly, under -race on a shared machine), so this test keeps the
+	// default lease; TestProxyCrashRestart proves a 1 s lease survives a
+	// request several leases long.
+	base, stop := inProcessProxy(t, "--upstream", up.URL, "--store", migratedSQLite(t))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
+	defer client.CloseIdleConnections()
+
+	original := burst(t, client, base, api, 100)
+	const body = `{"sku":"x","qty":1}`
 	if r := postKey(t, client, base, `"order-1"`, "Bearer B", body); r.status != http.StatusCreated || r.body == original {
 		t.Fatalf("principal B: %d %s", r.status, r.body)
 	}
@@ -224,17 +255,26 @@ func TestProxyInProcess(t *testing.T) {
 	for api.calls.Load() != 3 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	cancel()
-	time.Sleep(1500 * time.Millisecond)
+	stopped := make(chan struct{})
+	var (
+		code int
+		logs string
+	)
+	go func() { code, logs = stop(); close(stopped) }()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-stopped:
+		t.Fatal("the proxy exited with a request in flight")
+	default:
+	}
 	close(api.block)
 	if r := <-inflight; r.status != http.StatusCreated {
 		t.Fatalf("in-flight request during shutdown: %d %s", r.status, r.body)
 	}
-	<-done
+	<-stopped
 	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr.String())
+		t.Fatalf("exit %d: %s", code, logs)
 	}
-	logs := stderr.String()
 	for _, want := range []string{`"outcome":"executed"`, `"outcome":"replayed"`, `"outcome":"in_flight"`, `"outcome":"mismatch"`,
 		`"outcome":"rejected"`, `"key":"order-1"`, `"scope_hash":`, `"latency_ms":`, `"msg":"proxy stopped"`} {
 		if !strings.Contains(logs, want) {
@@ -243,6 +283,65 @@ func TestProxyInProcess(t *testing.T) {
 	}
 	if strings.Contains(logs, "Bearer") {
 		t.Error("logs contain a credential")
+	}
+}
+
+func TestProxyPostgres(t *testing.T) {
+	t.Parallel()
+	url := postgresURL(t)
+	schema := testSchema(t, url)
+	wantExit(t, runCLI(t, nil, "migrate", "up", "--store", url, "--schema", schema), exitOK)
+	api := &orderAPI{delay: 100 * time.Millisecond}
+	up := httptest.NewServer(api)
+	defer up.Close()
+	base, stop := inProcessProxy(t, "--upstream", up.URL, "--store", url, "--schema", schema, "--lease", "2s")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 50}}
+	defer client.CloseIdleConnections()
+	burst(t, client, base, api, 50)
+	if code, logs := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, logs)
+	}
+}
+
+// --scope-header scopes by the gateway's principal; --require-key rejects
+// keyless POSTs.
+func TestProxyScopeHeader(t *testing.T) {
+	t.Parallel()
+	api := &orderAPI{}
+	up := httptest.NewServer(api)
+	defer up.Close()
+	base, _ := inProcessProxy(t, "--upstream", up.URL, "--store", migratedSQLite(t), "--scope-header", "X-Principal", "--require-key")
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	send := func(key, principal string) proxyResponse {
+		req, _ := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer shared")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		if principal != "" {
+			req.Header.Set("X-Principal", principal)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return proxyResponse{resp.StatusCode, resp.Header, string(b)}
+	}
+	if r := send("k", ""); r.status != http.StatusBadRequest || !strings.Contains(r.body, "scope-missing") {
+		t.Fatalf("no principal header: %d %s", r.status, r.body)
+	}
+	if r := send("", "alice"); r.status != http.StatusBadRequest || !strings.Contains(r.body, "key-missing") {
+		t.Fatalf("no key: %d %s", r.status, r.body)
+	}
+	a, b := send("k", "alice"), send("k", "bob")
+	if a.status != 201 || b.status != 201 || a.body == b.body || api.calls.Load() != 2 {
+		t.Fatalf("alice %d %s, bob %d %s", a.status, a.body, b.status, b.body)
+	}
+	if r := send("k", "alice"); r.body != a.body || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("alice replay: %s", r.body)
 	}
 }
 
