@@ -37,6 +37,15 @@ type Config struct {
 	Declare bool
 	// Process runs the handler idempotently for each delivery. Required.
 	Process consume.ProcessFunc
+	// BatchProcess, with BatchSize > 1, handles deliveries in batches: one
+	// dedupe round trip and one transaction per batch (a closure over a SQL
+	// store's ProcessBatch). A failed batch falls back to Process one
+	// message at a time.
+	BatchProcess consume.BatchProcessFunc
+	// BatchSize is the largest batch; BatchWait is how long a partial batch
+	// waits for more deliveries. Defaults 1 (no batching) and 5ms.
+	BatchSize int
+	BatchWait time.Duration
 	// Retry is the backoff for failed deliveries (nil: full jitter, base
 	// 1s, cap 1m, 5 attempts).
 	Retry *retry.Policy
@@ -85,8 +94,14 @@ func NewConsumer(dial DialFunc, cfg *Config) (*Consumer, error) {
 	if c.cfg.Concurrency <= 0 {
 		c.cfg.Concurrency = 4
 	}
+	if c.cfg.BatchSize <= 1 || c.cfg.BatchProcess == nil {
+		c.cfg.BatchSize = 1
+	}
+	if c.cfg.BatchWait <= 0 {
+		c.cfg.BatchWait = 5 * time.Millisecond
+	}
 	if c.cfg.Prefetch <= 0 {
-		c.cfg.Prefetch = 2 * c.cfg.Concurrency
+		c.cfg.Prefetch = 2 * c.cfg.Concurrency * c.cfg.BatchSize
 	}
 	if c.cfg.Logger == nil {
 		c.cfg.Logger = slog.Default()
@@ -182,23 +197,39 @@ func (c *Consumer) session(ctx context.Context) (handled bool, err error) {
 		return false, fmt.Errorf("idemamqp: consume %q: %w", c.cfg.Topology.Queue, err)
 	}
 	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		seen   bool
-		s      = &session{c: c, pub: pub}
-		handle = func(d amqp.Delivery) {
-			c.engine.Handle(ctx, &delivery{s: s, d: d})
-			mu.Lock()
-			seen = true
-			mu.Unlock()
-		}
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		seen bool
+		s    = &session{c: c, pub: pub}
 	)
-	for range c.cfg.Concurrency {
+	mark := func() {
+		mu.Lock()
+		seen = true
+		mu.Unlock()
+	}
+	if c.cfg.BatchSize > 1 {
+		batches := make(chan []consume.Delivery)
 		wg.Go(func() {
-			for d := range deliveries {
-				handle(d)
-			}
+			defer close(batches)
+			c.collect(deliveries, s, batches)
 		})
+		for range c.cfg.Concurrency {
+			wg.Go(func() {
+				for b := range batches {
+					c.engine.HandleBatch(ctx, b, c.cfg.BatchProcess)
+					mark()
+				}
+			})
+		}
+	} else {
+		for range c.cfg.Concurrency {
+			wg.Go(func() {
+				for d := range deliveries {
+					c.engine.Handle(ctx, &delivery{s: s, d: d})
+					mark()
+				}
+			})
+		}
 	}
 	// deliveries closes when the channel or connection closes, or when
 	// ctx ends (ConsumeWithContext cancels the consumer).
@@ -214,6 +245,45 @@ func (c *Consumer) session(ctx context.Context) (handled bool, err error) {
 		return seen, ctx.Err()
 	}
 	return seen, errors.New("idemamqp: delivery channel closed")
+}
+
+// collect groups deliveries into batches of up to BatchSize, sending a
+// partial batch once BatchWait has passed since its first delivery.
+func (c *Consumer) collect(deliveries <-chan amqp.Delivery, s *session, batches chan<- []consume.Delivery) {
+	var (
+		batch []consume.Delivery
+		timer *time.Timer
+		wait  <-chan time.Time
+	)
+	flush := func() {
+		if len(batch) > 0 {
+			batches <- batch
+			batch = nil
+		}
+		if timer != nil {
+			timer.Stop()
+			wait = nil
+		}
+	}
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				flush()
+				return
+			}
+			batch = append(batch, &delivery{s: s, d: d})
+			if len(batch) == 1 {
+				timer = time.NewTimer(c.cfg.BatchWait)
+				wait = timer.C
+			}
+			if len(batch) >= c.cfg.BatchSize {
+				flush()
+			}
+		case <-wait:
+			flush()
+		}
+	}
 }
 
 // session is what deliveries of one connection share.

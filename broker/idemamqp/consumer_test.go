@@ -70,7 +70,7 @@ func fastRetry(maxAttempts int) *retry.Policy {
 	return &retry.Policy{Base: 20 * time.Millisecond, Cap: 80 * time.Millisecond, MaxAttempts: maxAttempts}
 }
 
-func newConsumer(t *testing.T, dial idemamqp.DialFunc, topo idemamqp.Topology, p consume.ProcessFunc, mod func(*idemamqp.Config)) (*idemamqp.Consumer, *consume.Counters) {
+func newConsumer(t testing.TB, dial idemamqp.DialFunc, topo idemamqp.Topology, p consume.ProcessFunc, mod func(*idemamqp.Config)) (*idemamqp.Consumer, *consume.Counters) {
 	t.Helper()
 	counters := &consume.Counters{}
 	cfg := &idemamqp.Config{
@@ -89,7 +89,7 @@ func newConsumer(t *testing.T, dial idemamqp.DialFunc, topo idemamqp.Topology, p
 }
 
 // queueDepth returns the number of ready messages in q.
-func queueDepth(t *testing.T, conn *amqp.Connection, q string) int {
+func queueDepth(t testing.TB, conn *amqp.Connection, q string) int {
 	t.Helper()
 	ch, err := conn.Channel()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // envURL returns the service URL from env, skipping locally and failing in
 // CI without it.
-func envURL(t *testing.T, env, example string) string {
+func envURL(t testing.TB, env, example string) string {
 	t.Helper()
 	u := os.Getenv(env)
 	if u == "" {
@@ -35,7 +36,7 @@ func envURL(t *testing.T, env, example string) string {
 	return u
 }
 
-func amqpURL(t *testing.T) string {
+func amqpURL(t testing.TB) string {
 	return envURL(t, "IDEM_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 }
 
@@ -46,13 +47,13 @@ func suffix() string {
 }
 
 // newTopology declares a uniquely named topology and deletes it at cleanup.
-func newTopology(t *testing.T) (idemamqp.Topology, *amqp.Connection) {
+func newTopology(t testing.TB) (idemamqp.Topology, *amqp.Connection) {
 	t.Helper()
 	conn, err := amqp.Dial(amqpURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := idemamqp.Topology{Queue: "idemtest." + t.Name() + "." + suffix()}.WithDefaults()
+	topo := idemamqp.Topology{Queue: "idemtest." + strings.ReplaceAll(t.Name(), "/", ".") + "." + suffix()}.WithDefaults()
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func newTopology(t *testing.T) (idemamqp.Topology, *amqp.Connection) {
 }
 
 // publish sends body with id to the work queue n times.
-func publish(t *testing.T, conn *amqp.Connection, queue, id string, body []byte, n int) {
+func publish(t testing.TB, conn *amqp.Connection, queue, id string, body []byte, n int) {
 	t.Helper()
 	ch, err := conn.Channel()
 	if err != nil {
@@ -104,7 +105,7 @@ type pgEnv struct {
 	schema string
 }
 
-func newPG(t *testing.T) *pgEnv {
+func newPG(t testing.TB) *pgEnv {
 	t.Helper()
 	e := attachPG(t, "idemamqp_"+suffix())
 	ctx := context.Background()
@@ -125,7 +126,7 @@ func newPG(t *testing.T) *pgEnv {
 }
 
 // attachPG opens the store over an existing schema.
-func attachPG(t *testing.T, schema string) *pgEnv {
+func attachPG(t testing.TB, schema string) *pgEnv {
 	t.Helper()
 	url := envURL(t, "IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	poolOnce.Do(func() {
@@ -156,7 +157,7 @@ func (e *pgEnv) credit(ctx context.Context, tx pgx.Tx, account string, amount in
 	return err
 }
 
-func (e *pgEnv) balance(t *testing.T, account string) (amount int64, applied int) {
+func (e *pgEnv) balance(t testing.TB, account string) (amount int64, applied int) {
 	t.Helper()
 	err := e.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT amount, applied FROM %s WHERE account = $1`, e.table()), account).Scan(&amount, &applied)
 	if err == pgx.ErrNoRows {
@@ -169,7 +170,7 @@ func (e *pgEnv) balance(t *testing.T, account string) (amount int64, applied int
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -181,7 +182,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // runConsumer runs c until the test ends.
-func runConsumer(t *testing.T, c *idemamqp.Consumer) {
+func runConsumer(t testing.TB, c *idemamqp.Consumer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
