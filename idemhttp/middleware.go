@@ -202,6 +202,7 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		}
 		m.allowed[http.CanonicalHeaderKey(h)] = true
 	}
+	c.SignificantHeaders = slices.Clone(c.SignificantHeaders) // never modify the caller's slice
 	for i, h := range c.SignificantHeaders {
 		c.SignificantHeaders[i] = http.CanonicalHeaderKey(h)
 	}

@@ -589,3 +589,29 @@ func TestCustomErrorHandlerAndEvents(t *testing.T) {
 		}
 	}
 }
+
+func TestInvalidStatusPanicsAndReleases(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	mw, _ := newMiddleware(t, &idemhttp.Config{RecoverPanics: true})
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls == 1 {
+			w.WriteHeader(42)
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	wantProblem(t, do(h, http.MethodPost, "k", body1), http.StatusInternalServerError, idemhttp.TypeHandlerPanic)
+	if w := do(h, http.MethodPost, "k", body1); w.Code != http.StatusAccepted || calls != 2 {
+		t.Fatalf("%d after %d calls", w.Code, calls)
+	}
+}
+
+func TestConfigNotModified(t *testing.T) {
+	t.Parallel()
+	sig := []string{"x-tenant"}
+	newMiddleware(t, &idemhttp.Config{SignificantHeaders: sig})
+	if sig[0] != "x-tenant" {
+		t.Fatalf("New modified the caller's slice: %q", sig)
+	}
+}

@@ -76,7 +76,7 @@ func decodeResponse(b []byte) (*storedResponse, error) {
 	}
 	s := &storedResponse{discarded: b[3]&flagDiscarded != 0, header: http.Header{}}
 	s.status = int(binary.BigEndian.Uint16(b[4:]))
-	if s.status < 200 || s.status > 999 {
+	if s.status < 100 || s.status > 999 {
 		return nil, fmt.Errorf("%w: status %d", errCorrupt, s.status)
 	}
 	count := int(binary.BigEndian.Uint16(b[6:]))

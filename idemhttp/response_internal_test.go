@@ -21,7 +21,7 @@ func TestStoredResponseRoundTrip(t *testing.T) {
 	}
 	good := in.encode()
 	bad := [][]byte{nil, []byte("XX\x01\x00\x00\xc8\x00\x00\x00\x00"), append([]byte("IH\x02"), good[3:]...),
-		good[:len(good)-1], append(bytes.Clone(good), 'x'), []byte("IH\x01\x00\x00\x05\x00\x00\x00\x00"),
+		good[:len(good)-1], append(bytes.Clone(good), 'x'), []byte("IH\x01\x00\x00\x05\x00\x00\x00\x00\x00\x00"),
 		[]byte("IH\x01\x00\x00\xc8\x00\x01\x00\x01:\x00\x00\x00\x00\x00\x00"),
 		[]byte("IH\x01\x00\x00\xc8\xff\xff")}
 	for _, b := range bad {

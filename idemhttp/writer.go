@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 )
 
@@ -30,6 +31,10 @@ func (c *captureWriter) Header() http.Header { return c.rw.Header() }
 
 // WriteHeader implements http.ResponseWriter.
 func (c *captureWriter) WriteHeader(code int) {
+	// net/http panics on these in the handler; so must the delayed write.
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
 	if c.status != 0 {
 		if c.streaming {
 			c.rw.WriteHeader(code) // let net/http report the superfluous call
