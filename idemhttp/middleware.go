@@ -431,10 +431,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			return
 		}
 		ev := Event{Key: call.Key}
-		if call.Scope != "" {
-			ev.ScopeHash = scopeHash(call.Scope)
-		}
 		if m.cfg.OnRequest != nil {
+			if call.Scope != "" {
+				ev.ScopeHash = scopeHash(call.Scope)
+			}
 			// Deferred so that a propagating panic is reported too.
 			defer func() {
 				ev.Latency = time.Since(start)
@@ -503,7 +503,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// failed (lost lease, store down). Nothing can be said to the client.
 		ev.Outcome, ev.Status, ev.Err = OutcomeError, cw.finalStatus(), err
 		m.cfg.Logger.Error("idemhttp: handler ran but its response could not be recorded",
-			"scope_hash", ev.ScopeHash, "key", call.Key, "err", err)
+			"scope_hash", scopeHash(call.Scope), "key", call.Key, "err", err)
 	default:
 		p := newProblem(http.StatusServiceUnavailable, TypeStoreUnavailable, "Idempotency store unavailable", err)
 		p.Detail, p.RetryAfter = "the request was not processed; retry later", m.cfg.RetryAfter
@@ -528,7 +528,7 @@ func (m *Middleware) do(r *http.Request, call idem.Call, fn func(context.Context
 		if v == http.ErrAbortHandler {
 			panic(v)
 		}
-		m.cfg.Logger.Error("idemhttp: handler panicked; key released", "scope_hash", ev.ScopeHash, "key", call.Key, "panic", v)
+		m.cfg.Logger.Error("idemhttp: handler panicked; key released", "scope_hash", scopeHash(call.Scope), "key", call.Key, "panic", v)
 		if !cw.streaming {
 			m.errorFunc(cw.rw, r, newProblem(http.StatusInternalServerError, TypeHandlerPanic, "Internal error",
 				errors.New("the request failed and was not recorded; it may be retried")))
