@@ -1,0 +1,358 @@
+package idemnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/retry"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Headers the consumer adds to a dead letter besides the consume.Header*
+// failure metadata.
+const (
+	// HeaderStream and HeaderStreamSeq locate the original message.
+	HeaderStream    = "x-idem-stream"
+	HeaderStreamSeq = "x-idem-stream-seq"
+	// HeaderDeliveries is the server's delivery count of the original.
+	HeaderDeliveries = "x-idem-deliveries"
+)
+
+// Config configures a [Consumer].
+type Config struct {
+	// Name is the idem consumer name: the dedupe scope and the consumer
+	// named in dead letters. Required. Several JetStream consumers may
+	// share one Name; they then deduplicate against each other.
+	Name string
+	// Stream and Consumer name an existing durable JetStream consumer with
+	// AckPolicy explicit. Required.
+	Stream, Consumer string
+	// Process runs the handler idempotently for each delivery. Required.
+	Process consume.ProcessFunc
+	// DeadLetterSubject is where messages go after MaxAttempts, a
+	// permanent error, an id conflict or a missing id. A stream must
+	// capture it (checked at start). Required.
+	DeadLetterSubject string
+	// Retry is the backoff for failed deliveries (nil: full jitter, base
+	// 1s, cap 1m, 5 attempts), applied with NakWithDelay.
+	Retry *retry.Policy
+	// Retention is the dedupe window. Default 24h. It must cover the
+	// redelivery horizon (see [NewConsumer]).
+	Retention time.Duration
+	// MissingID is the policy for messages without a Nats-Msg-Id.
+	MissingID consume.MissingID
+	// DoubleAck waits for the server to confirm every ack, so that a lost
+	// ack is noticed (the redelivery is deduped either way).
+	DoubleAck bool
+	// Heartbeat is how often a running handler tells the server it is
+	// still working (InProgress) so that AckWait does not expire under it.
+	// Default AckWait/3; negative disables it.
+	Heartbeat time.Duration
+	// Concurrency is the number of handler goroutines. Default 4.
+	Concurrency int
+	// Hooks observe every handled delivery.
+	Hooks consume.Hooks
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Consumer consumes one durable JetStream consumer through the shared
+// consume.Engine.
+type Consumer struct {
+	js      jetstream.JetStream
+	cons    jetstream.Consumer
+	cfg     Config
+	engine  *consume.Engine
+	ackWait time.Duration
+	states  *stateCache
+}
+
+// maxStates bounds the in-process retry-state cache.
+const maxStates = 10000
+
+// NewConsumer looks up the durable consumer and its stream, checks the
+// configuration and returns a Consumer; it does not start consuming.
+//
+// It refuses to start (an error wrapping idem.ErrInvalidConfig that names
+// both numbers) when the dedupe retention is shorter than the redelivery
+// horizon: the longest of max_attempts × max_backoff, the consumer's
+// AckWait × MaxDeliver (AckWait × max_attempts when MaxDeliver is
+// unlimited) and the stream's duplicate window. It also refuses a consumer
+// whose MaxDeliver would stop redeliveries before idem dead-letters, one
+// without explicit acks, and a dead-letter subject no stream captures.
+func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Consumer, error) {
+	if js == nil || cfg == nil {
+		return nil, fmt.Errorf("%w: idemnats: NewConsumer needs a JetStream context and a config", idem.ErrInvalidConfig)
+	}
+	c := &Consumer{js: js, cfg: *cfg, states: newStateCache(maxStates)}
+	if c.cfg.Stream == "" || c.cfg.Consumer == "" {
+		return nil, fmt.Errorf("%w: idemnats: Stream and Consumer are required", idem.ErrInvalidConfig)
+	}
+	if c.cfg.DeadLetterSubject == "" {
+		return nil, fmt.Errorf("%w: idemnats: DeadLetterSubject is required", idem.ErrInvalidConfig)
+	}
+	if c.cfg.Concurrency <= 0 {
+		c.cfg.Concurrency = 4
+	}
+	if c.cfg.Logger == nil {
+		c.cfg.Logger = slog.Default()
+	}
+	if c.cfg.Retention == 0 {
+		c.cfg.Retention = idem.DefaultRetention
+	}
+	engine, err := consume.New(c.cfg.Process, &consume.Config{
+		Name: c.cfg.Name, Retry: c.cfg.Retry, Retention: c.cfg.Retention, MissingID: c.cfg.MissingID,
+		Hooks: c.cfg.Hooks, Logger: c.cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.engine = engine
+	stream, err := js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("idemnats: stream %q: %w", c.cfg.Stream, err)
+	}
+	cons, err := stream.Consumer(ctx, c.cfg.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("idemnats: consumer %q on stream %q: %w", c.cfg.Consumer, c.cfg.Stream, err)
+	}
+	c.cons = cons
+	ci := cons.CachedInfo()
+	si := stream.CachedInfo()
+	if err := c.check(ci.Config, si.Config); err != nil {
+		return nil, err
+	}
+	c.ackWait = ci.Config.AckWait
+	if c.cfg.Heartbeat == 0 {
+		c.cfg.Heartbeat = c.ackWait / 3
+	}
+	if _, err := js.StreamNameBySubject(ctx, c.cfg.DeadLetterSubject); err != nil {
+		return nil, fmt.Errorf("%w: idemnats: no stream captures the dead-letter subject %q: %w", idem.ErrInvalidConfig, c.cfg.DeadLetterSubject, err)
+	}
+	return c, nil
+}
+
+// check applies the start-up rules of [NewConsumer] to the server's
+// configuration.
+func (c *Consumer) check(cc jetstream.ConsumerConfig, sc jetstream.StreamConfig) error {
+	p := c.engine.Policy()
+	if cc.AckPolicy != jetstream.AckExplicitPolicy {
+		return fmt.Errorf("%w: idemnats: consumer %q has ack policy %v; idem needs explicit acks to ack after the commit", idem.ErrInvalidConfig, c.cfg.Consumer, cc.AckPolicy)
+	}
+	if cc.MaxDeliver > 0 && p.MaxAttempts > 0 && cc.MaxDeliver < p.MaxAttempts {
+		return fmt.Errorf("%w: idemnats: consumer %q has MaxDeliver %d, below max_attempts %d: the server would drop the message before idem dead-letters it", idem.ErrInvalidConfig, c.cfg.Consumer, cc.MaxDeliver, p.MaxAttempts)
+	}
+	redeliver := consume.Window{Name: fmt.Sprintf("JetStream AckWait %v × MaxDeliver %d", cc.AckWait, cc.MaxDeliver)}
+	switch {
+	case cc.MaxDeliver > 0:
+		redeliver.D = consume.Horizon(cc.MaxDeliver, cc.AckWait).D
+	case p.MaxAttempts > 0:
+		// Unlimited redeliveries end when idem dead-letters the message.
+		redeliver.Name = fmt.Sprintf("JetStream AckWait %v × max_attempts %d (MaxDeliver unlimited)", cc.AckWait, p.MaxAttempts)
+		redeliver.D = consume.Horizon(p.MaxAttempts, cc.AckWait).D
+	}
+	dup := consume.Window{Name: fmt.Sprintf("stream %q duplicate window", sc.Name), D: sc.Duplicates}
+	return consume.CheckRetention(c.cfg.Retention, p.MaxAttempts, p.Cap, redeliver, dup)
+}
+
+// Engine returns the consumer's engine.
+func (c *Consumer) Engine() *consume.Engine { return c.engine }
+
+// Run consumes until ctx ends and returns nil then, or the error that
+// stopped the message iterator. In-flight handlers see ctx end; whatever
+// they did not ack is redelivered by the server after AckWait and deduped.
+func (c *Consumer) Run(ctx context.Context) error {
+	it, err := c.cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Concurrency))
+	if err != nil {
+		return fmt.Errorf("idemnats: consume %q/%q: %w", c.cfg.Stream, c.cfg.Consumer, err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	msgs := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range c.cfg.Concurrency {
+		wg.Go(func() {
+			for m := range msgs {
+				c.handle(ctx, m)
+			}
+		})
+	}
+	var runErr error
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				runErr = fmt.Errorf("idemnats: consume %q/%q: %w", c.cfg.Stream, c.cfg.Consumer, err)
+			}
+			break
+		}
+		msgs <- m
+	}
+	it.Stop()
+	close(msgs)
+	wg.Wait()
+	return runErr
+}
+
+// handle runs the engine on m, heartbeating while it works.
+func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
+	d := &delivery{c: c, m: m}
+	if md, err := m.Metadata(); err == nil {
+		d.md = md
+	}
+	done := make(chan struct{})
+	var hb sync.WaitGroup
+	if c.cfg.Heartbeat > 0 {
+		hb.Go(func() {
+			t := time.NewTicker(c.cfg.Heartbeat)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					if err := m.InProgress(); err != nil {
+						c.cfg.Logger.Warn("idem: nats in-progress heartbeat failed", "consumer", c.cfg.Name, "err", err)
+					}
+				}
+			}
+		})
+	}
+	_, _ = c.engine.Handle(ctx, d)
+	close(done)
+	hb.Wait()
+}
+
+// delivery adapts a jetstream.Msg to consume.Delivery.
+type delivery struct {
+	c  *Consumer
+	m  jetstream.Msg
+	md *jetstream.MsgMetadata
+}
+
+// ID is the producer's Nats-Msg-Id, never the stream sequence: a
+// producer's retry gets a new sequence but keeps its id.
+func (d *delivery) ID() string     { return d.m.Headers().Get(jetstream.MsgIDHeader) }
+func (d *delivery) Body() []byte   { return d.m.Data() }
+func (d *delivery) Origin() string { return d.m.Subject() }
+
+func (d *delivery) seq() uint64 {
+	if d.md == nil {
+		return 0
+	}
+	return d.md.Sequence.Stream
+}
+
+// State is the retry state this process recorded at the last Nak of the
+// message; NAK cannot rewrite headers. After a restart, or for a message
+// another process failed, it falls back to the server's delivery count:
+// every earlier delivery counts as a failed attempt, so a message can be
+// dead-lettered sooner, never later.
+func (d *delivery) State() consume.State {
+	if st, ok := d.c.states.get(d.seq()); ok {
+		return st
+	}
+	st := consume.ParseState(func(name string) (string, bool) {
+		v := d.m.Headers().Values(name)
+		if len(v) == 0 {
+			return "", false
+		}
+		return v[0], true
+	})
+	if d.md != nil && d.md.NumDelivered > 1 {
+		st.Attempts = max(st.Attempts, int(d.md.NumDelivered-1))
+	}
+	return st
+}
+
+func (d *delivery) Ack(ctx context.Context) error {
+	d.c.states.del(d.seq())
+	if d.c.cfg.DoubleAck {
+		return d.m.DoubleAck(ctx)
+	}
+	return d.m.Ack()
+}
+
+func (d *delivery) Retry(_ context.Context, after time.Duration, st consume.State) error {
+	d.c.states.put(d.seq(), st)
+	return d.m.NakWithDelay(after)
+}
+
+func (d *delivery) Requeue(context.Context) error { return d.m.Nak() }
+
+// DeadLetter publishes a copy with the failure headers and waits for the
+// stream's ack before it terminates the original. Its Nats-Msg-Id is
+// derived from the original's stream and sequence, so a repeat after a
+// crash between the two steps is dropped by the dead-letter stream's
+// duplicate window.
+func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error {
+	out := nats.NewMsg(d.c.cfg.DeadLetterSubject)
+	for k, v := range d.m.Headers() {
+		out.Header[k] = append([]string(nil), v...)
+	}
+	for k, v := range dl.Headers() {
+		out.Header.Set(k, v)
+	}
+	stream := d.c.cfg.Stream
+	if d.md != nil {
+		stream = d.md.Stream
+		out.Header.Set(HeaderDeliveries, strconv.FormatUint(d.md.NumDelivered, 10))
+	}
+	out.Header.Set(HeaderStream, stream)
+	out.Header.Set(HeaderStreamSeq, strconv.FormatUint(d.seq(), 10))
+	out.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("idem-dead-letter:%s:%d", stream, d.seq()))
+	out.Data = d.m.Data()
+	if _, err := d.c.js.PublishMsg(ctx, out); err != nil {
+		return idem.Retryable(fmt.Errorf("idemnats: publish dead letter to %q: %w", d.c.cfg.DeadLetterSubject, err))
+	}
+	d.c.states.del(d.seq())
+	// Plain Term, not TermWithReason: servers before 2.10 ignore a TERM
+	// that carries a reason. The reason travels in the dead letter.
+	return d.m.Term()
+}
+
+// stateCache remembers the retry state of Nak'ed messages by stream
+// sequence, up to a bound; when full it forgets an arbitrary entry, whose
+// message then falls back to the delivery count.
+type stateCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[uint64]consume.State
+}
+
+func newStateCache(n int) *stateCache {
+	return &stateCache{max: n, m: make(map[uint64]consume.State)}
+}
+
+func (s *stateCache) get(seq uint64) (consume.State, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.m[seq]
+	return st, ok
+}
+
+func (s *stateCache) put(seq uint64, st consume.State) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[seq]; !ok && len(s.m) >= s.max {
+		for k := range s.m {
+			delete(s.m, k)
+			break
+		}
+	}
+	s.m[seq] = st
+}
+
+func (s *stateCache) del(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, seq)
+}

@@ -1,0 +1,57 @@
+// Package idemnats consumes NATS JetStream (nats.go's jetstream package)
+// through idem's shared consumer engine: at-least-once deliveries in,
+// exactly one effect out.
+//
+// # Consuming
+//
+// A [Consumer] pulls from an existing durable consumer with explicit acks
+// and runs every message through the user's idempotent
+// [consume.ProcessFunc] (a SQL store's Process, or consume.GuardProcess).
+// It acks only after the effect commits; with Config.DoubleAck it waits
+// for the server to confirm the ack. While a handler runs longer than the
+// consumer's AckWait, the consumer sends InProgress heartbeats so that the
+// server does not hand the message to someone else meanwhile.
+//
+// The dedupe key is the producer's Nats-Msg-Id header, never the stream
+// sequence: a producer that retries a publish after a lost PubAck outside
+// the stream's duplicate window creates a second stream message with a new
+// sequence but the same id, and idem recognises it.
+//
+// # Retries and dead letters
+//
+// A failed handler is retried with NakWithDelay on the full-jitter
+// schedule of Config.Retry. NAK cannot rewrite headers, so the retry state
+// (attempts, failure times, last error) is kept in the consuming process;
+// after a restart the server's delivery count stands in for it, which can
+// only dead-letter a message sooner. After max_attempts (or at once for a
+// retry.Permanent error, an id conflict or a missing id) the message is
+// published to Config.DeadLetterSubject with the consume.Header* failure
+// headers plus [HeaderStream], [HeaderStreamSeq] and [HeaderDeliveries],
+// and the original is terminated (Term) once the dead-letter stream has
+// acknowledged the copy.
+//
+// # The dedupe window
+//
+// [NewConsumer] reads the consumer's AckWait and MaxDeliver and the
+// stream's duplicate window, and refuses to start when the dedupe
+// retention is shorter than the longest of max_attempts × max_backoff,
+// AckWait × MaxDeliver and the duplicate window; the error names both
+// numbers. It also refuses a MaxDeliver lower than max_attempts (the
+// server would give up before idem dead-letters) and a dead-letter subject
+// that no stream captures.
+//
+// # Publishing
+//
+// [Publisher] sets Nats-Msg-Id to the caller's id or to [ContentID], the
+// SHA-256 of the content, and reports when the stream dropped the publish
+// as a duplicate inside its window. Broker-level dedupe reduces
+// duplicates; it does not replace the idempotent consumer: after the
+// window the same content is accepted again, and only the consumer's
+// dedupe record keeps its effect single.
+//
+// # Tests
+//
+// The tests run against the NATS server of IDEM_NATS_URL, with uniquely
+// named streams deleted afterwards; without it they skip, and under CI
+// they fail.
+package idemnats
