@@ -4,10 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // redisURL returns IDEM_REDIS_URL; without it the test is skipped locally
@@ -24,9 +28,8 @@ func redisURL(t *testing.T) string {
 	return u
 }
 
-// redisTestDSN returns IDEM_REDIS_URL with a key prefix of its own. The
-// tests delete the records they write; the token floor a Delete leaves
-// behind expires within an hour by itself.
+// redisTestDSN returns IDEM_REDIS_URL with a key prefix of its own, whose
+// keys are deleted when the test ends.
 func redisTestDSN(t *testing.T) string {
 	t.Helper()
 	var b [6]byte
@@ -37,7 +40,41 @@ func redisTestDSN(t *testing.T) string {
 		sep = "&"
 	}
 	dsn := redisURL(t) + sep + "prefix=" + prefix
+	t.Cleanup(func() { deleteRedisPrefix(t, dsn, prefix) })
 	return dsn
+}
+
+// deleteRedisPrefix removes every key under prefix (SCAN, then DEL).
+func deleteRedisPrefix(t *testing.T, dsn, prefix string) {
+	opt, _, err := redisOptions(dsn)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Errorf("cleanup SCAN: %v", err)
+			return
+		}
+		for _, k := range e.Elements {
+			if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
+				t.Errorf("cleanup DEL %s: %v", k, err)
+			}
+		}
+		if e.Cursor == 0 {
+			return
+		}
+		cursor = e.Cursor
+	}
 }
 
 func TestKeysRedis(t *testing.T) {
@@ -87,4 +124,21 @@ func TestRedisBadDSN(t *testing.T) {
 		t.Errorf("the password leaked: %s", r.Stderr)
 	}
 	wantExit(t, runCLI(t, nil, "keys", "get", "k", "--store", "redis://127.0.0.1:6379/notanumber"), exitFailure, "invalid --store")
+}
+
+// idem proxy --store redis://…: a burst with one key reaches the upstream
+// once and every retry replays.
+func TestProxyRedis(t *testing.T) {
+	t.Parallel()
+	dsn := redisTestDSN(t)
+	api := &orderAPI{delay: 100 * time.Millisecond}
+	up := httptest.NewServer(api)
+	defer up.Close()
+	base, stop := inProcessProxy(t, "--upstream", up.URL, "--store", dsn, "--lease", "2s")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 50}}
+	defer client.CloseIdleConnections()
+	burst(t, client, base, api, 50)
+	if code, logs := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, logs)
+	}
 }
