@@ -510,12 +510,12 @@ func TestStoreUnavailable(t *testing.T) {
 // A lease much shorter than the handler stays alive through heartbeats.
 func TestShortLeaseHeartbeat(t *testing.T) {
 	t.Parallel()
-	p := &payments{delay: 900 * time.Millisecond}
-	mw, _ := newMiddleware(t, &idemhttp.Config{Lease: 300 * time.Millisecond})
+	p := &payments{delay: 2500 * time.Millisecond}
+	mw, _ := newMiddleware(t, &idemhttp.Config{Lease: time.Second})
 	h := mw.Handler(p)
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- do(h, http.MethodPost, "k", body1) }()
-	time.Sleep(600 * time.Millisecond) // two leases later
+	time.Sleep(1700 * time.Millisecond) // well past the first lease
 	wantProblem(t, do(h, http.MethodPost, "k", body1), http.StatusConflict, idemhttp.TypeKeyInFlight)
 	if w := <-done; w.Code != http.StatusCreated || p.charges.Load() != 1 {
 		t.Fatalf("first %d, charges %d", w.Code, p.charges.Load())
