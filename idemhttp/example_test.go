@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
 
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
@@ -74,4 +78,26 @@ func ExampleMiddleware_Check() {
 	// Output:
 	// job-7 <nil>
 	// https://idem-go.dev/problems/key-invalid
+}
+
+// The library form of the `idem proxy` sidecar: any HTTP API, in any
+// language, behind an idempotency layer.
+func ExampleNewProxy() {
+	var store idem.Store = idemtest.NewMemoryStore(nil) // use idemsqlite or idempgx
+	mw, err := idemhttp.New(store, &idemhttp.Config{
+		// Keys belong to the caller's credential; a gateway-authenticated
+		// principal header works too (PrincipalFromHeader).
+		Principal:       idemhttp.PrincipalFromAuthorization(),
+		AllowNonDurable: true,
+	})
+	if err != nil {
+		panic(err)
+	}
+	upstream, _ := url.Parse("http://127.0.0.1:9000")
+	proxy, err := idemhttp.NewProxy(upstream, mw, &idemhttp.ProxyConfig{Timeout: 30 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	_ = srv // srv.ListenAndServe()
 }
