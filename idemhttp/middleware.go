@@ -148,6 +148,7 @@ const (
 	OutcomeError     Outcome = "error"      // a store failure or a lost lease
 	OutcomePanic     Outcome = "panic"      // the handler panicked; the key was released
 	OutcomeTombstone Outcome = "tombstoned" // the handler ran; its response was too large to keep
+	OutcomeCanceled  Outcome = "canceled"   // the client went away before the handler ran
 )
 
 // Event describes one request the middleware handled.
@@ -504,6 +505,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		ev.Outcome, ev.Status, ev.Err = OutcomeError, cw.finalStatus(), err
 		m.cfg.Logger.Error("idemhttp: handler ran but its response could not be recorded",
 			"scope_hash", scopeHash(call.Scope), "key", call.Key, "err", err)
+	case r.Context().Err() != nil:
+		// The client left (typically while waiting for an in-flight first
+		// request); nothing ran and nobody is listening. 499 as in nginx.
+		ev.Outcome, ev.Status, ev.Err = OutcomeCanceled, 499, err
 	default:
 		p := newProblem(http.StatusServiceUnavailable, TypeStoreUnavailable, "Idempotency store unavailable", err)
 		p.Detail, p.RetryAfter = "the request was not processed; retry later", m.cfg.RetryAfter

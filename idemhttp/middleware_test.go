@@ -615,3 +615,36 @@ func TestConfigNotModified(t *testing.T) {
 		t.Fatalf("New modified the caller's slice: %q", sig)
 	}
 }
+
+// A retry that waits for an in-flight first request and whose client goes
+// away is reported as canceled, not as a store failure.
+func TestWaitCanceled(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var events sync.Map
+	mw, _ := newMiddleware(t, &idemhttp.Config{Wait: 10 * time.Second, OnRequest: func(r *http.Request, e idemhttp.Event) {
+		events.Store(r.Header.Get("X-Req"), e)
+	}})
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	}))
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- do(h, http.MethodPost, "k", body1, withHeader("X-Req", "first")) }()
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/payments", strings.NewReader(body1))
+	r.Header.Set("X-User", "alice")
+	r.Header.Set("X-Req", "second")
+	r.Header.Set("Idempotency-Key", "k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	close(release)
+	if w := <-first; w.Code != http.StatusCreated {
+		t.Fatal(w.Code)
+	}
+	e, _ := events.Load("second")
+	if ev, _ := e.(idemhttp.Event); ev.Outcome != idemhttp.OutcomeCanceled || ev.Status != 499 {
+		t.Fatalf("event %+v", e)
+	}
+}
