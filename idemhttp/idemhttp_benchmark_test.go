@@ -12,20 +12,35 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 )
 
+const reqBody = `{"amount":100,"currency":"eur","customer":"cus_123"}`
+
+// benchHandler is a small JSON API handler: the work the middleware wraps.
+var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/charges/ch_1")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"id":"ch_1","amount":100,"currency":"eur","status":"succeeded"}`)
+})
+
+// reportInterleaved reports the mean time of each case over n iterations
+// and the first and replay paths' throughput as a share of the bare one.
+func reportInterleaved(b *testing.B, n int, tBare, tFirst, tReplay time.Duration) {
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(n) }
+	b.ReportMetric(per(tBare), "bare-ns")
+	b.ReportMetric(per(tFirst), "first-ns")
+	b.ReportMetric(per(tReplay), "replay-ns")
+	b.ReportMetric(100*per(tBare)/per(tFirst), "first-%bare")
+	b.ReportMetric(100*per(tBare)/per(tReplay), "replay-%bare")
+}
+
 // BenchmarkMiddleware compares, in one run, a bare handler with the same
 // handler behind the middleware on the memory store: the first execution
 // of a key (claim, run, complete) and the replay of a stored response.
 //
 //	go test -run=XXX -bench=BenchmarkMiddleware -benchmem ./idemhttp
 func BenchmarkMiddleware(b *testing.B) {
-	const reqBody = `{"amount":100,"currency":"eur","customer":"cus_123"}`
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Location", "/charges/ch_1")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, `{"id":"ch_1","amount":100,"currency":"eur","status":"succeeded"}`)
-	})
+	handler := benchHandler
 	// Separate stores, so the keys piling up in "first" do not slow
 	// "replay" through the garbage collector.
 	newWrapped := func() http.Handler {
@@ -66,14 +81,7 @@ func BenchmarkMiddleware(b *testing.B) {
 //
 //	go test -run=XXX -bench=BenchmarkMiddlewareInterleaved ./idemhttp
 func BenchmarkMiddlewareInterleaved(b *testing.B) {
-	const reqBody = `{"amount":100,"currency":"eur","customer":"cus_123"}`
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Location", "/charges/ch_1")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, `{"id":"ch_1","amount":100,"currency":"eur","status":"succeeded"}`)
-	})
+	handler := benchHandler
 	mwFirst, _ := newMiddleware(b, nil)
 	mwReplay, _ := newMiddleware(b, nil)
 	first, replay := mwFirst.Handler(handler), mwReplay.Handler(handler)
@@ -101,12 +109,7 @@ func BenchmarkMiddlewareInterleaved(b *testing.B) {
 		tReplay += once(replay, "replayed-key")
 		n++
 	}
-	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(n) }
-	b.ReportMetric(per(tBare), "bare-ns")
-	b.ReportMetric(per(tFirst), "first-ns")
-	b.ReportMetric(per(tReplay), "replay-ns")
-	b.ReportMetric(100*per(tBare)/per(tFirst), "first-%bare")
-	b.ReportMetric(100*per(tBare)/per(tReplay), "replay-%bare")
+	reportInterleaved(b, n, tBare, tFirst, tReplay)
 }
 
 // BenchmarkMiddlewareHTTP is BenchmarkMiddlewareInterleaved over real
@@ -115,14 +118,7 @@ func BenchmarkMiddlewareInterleaved(b *testing.B) {
 //
 //	go test -run=XXX -bench=BenchmarkMiddlewareHTTP ./idemhttp
 func BenchmarkMiddlewareHTTP(b *testing.B) {
-	const reqBody = `{"amount":100,"currency":"eur","customer":"cus_123"}`
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Location", "/charges/ch_1")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, `{"id":"ch_1","amount":100,"currency":"eur","status":"succeeded"}`)
-	})
+	handler := benchHandler
 	mwFirst, _ := newMiddleware(b, nil)
 	mwReplay, _ := newMiddleware(b, nil)
 	servers := []*httptest.Server{
@@ -163,10 +159,5 @@ func BenchmarkMiddlewareHTTP(b *testing.B) {
 		tReplay += once(servers[2].URL, "replayed-key")
 		n++
 	}
-	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(n) }
-	b.ReportMetric(per(tBare), "bare-ns")
-	b.ReportMetric(per(tFirst), "first-ns")
-	b.ReportMetric(per(tReplay), "replay-ns")
-	b.ReportMetric(100*per(tBare)/per(tFirst), "first-%bare")
-	b.ReportMetric(100*per(tBare)/per(tReplay), "replay-%bare")
+	reportInterleaved(b, n, tBare, tFirst, tReplay)
 }
