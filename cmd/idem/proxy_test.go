@@ -104,13 +104,18 @@ type proxyResponse struct {
 
 func postKey(t *testing.T, client *http.Client, base, key, auth, body string) proxyResponse {
 	t.Helper()
+	return postHeaders(t, client, base, body, map[string]string{"Idempotency-Key": key, "Authorization": auth})
+}
+
+// postHeaders POSTs a JSON body with the non-empty headers given.
+func postHeaders(t *testing.T, client *http.Client, base, body string, headers map[string]string) proxyResponse {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
+	for k, v := range headers {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -314,21 +319,8 @@ func TestProxyScopeHeader(t *testing.T) {
 	client := &http.Client{}
 	defer client.CloseIdleConnections()
 	send := func(key, principal string) proxyResponse {
-		req, _ := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(`{}`))
-		req.Header.Set("Authorization", "Bearer shared")
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
-		}
-		if principal != "" {
-			req.Header.Set("X-Principal", principal)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return proxyResponse{resp.StatusCode, resp.Header, string(b)}
+		return postHeaders(t, client, base, `{}`,
+			map[string]string{"Authorization": "Bearer shared", "Idempotency-Key": key, "X-Principal": principal})
 	}
 	if r := send("k", ""); r.status != http.StatusBadRequest || !strings.Contains(r.body, "scope-missing") {
 		t.Fatalf("no principal header: %d %s", r.status, r.body)
