@@ -1,0 +1,540 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/retry"
+)
+
+// Handler applies one message's effect in tx, the transaction that also
+// marks the message processed. Return nil to commit; an error rolls the
+// effect back and schedules a retry (retry.Permanent: dead at once;
+// retry.After: not before the given delay; idem.Retryable: an
+// infrastructure failure that does not count as an attempt). A panic is a
+// failure like an error.
+type Handler[Tx any] func(ctx context.Context, tx Tx, msg Message) error
+
+// Defaults of a [Config].
+const (
+	DefaultWorkers         = 4
+	DefaultBatchSize       = 10
+	DefaultLease           = 30 * time.Second
+	DefaultPollInterval    = 500 * time.Millisecond
+	DefaultPurgeInterval   = time.Minute
+	DefaultPurgeBatch      = 1000
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+// Config configures a [Worker]. A nil *Config, and zero fields, mean the
+// defaults.
+type Config struct {
+	// Workers is how many loops claim and process concurrently. Default 4.
+	Workers int
+	// BatchSize is how many rows one claim takes (1..MaxBatch). Default 10.
+	// Larger batches amortise the claim; every row of a batch is leased
+	// until the loop reaches it, so keep BatchSize × handler time well
+	// below Lease (the heartbeat extends the leases meanwhile anyway).
+	BatchSize int
+	// Lease is how long a claim holds before another worker may take the
+	// row over; heartbeats extend it every Lease/3. Default 30s.
+	Lease time.Duration
+	// PollInterval is how long an idle loop waits before claiming again.
+	// Default 500ms.
+	PollInterval time.Duration
+	// Retry is the backoff schedule (full jitter by default) and
+	// MaxAttempts, after which a row is dead. Nil means retry's defaults.
+	Retry *retry.Policy
+	// Ordered processes messages that share an ordering key one at a time,
+	// in receive order; a failing message holds back only its own key
+	// (until it is processed or dead).
+	Ordered bool
+	// Retention is how long processed rows are kept: receiving the same
+	// (source, id) within it is a duplicate. Default idem.DefaultRetention.
+	Retention time.Duration
+	// PurgeInterval is how often the worker deletes processed rows older
+	// than Retention. Default 1m; negative disables purging.
+	PurgeInterval time.Duration
+	// PurgeBatch is how many rows one purge statement deletes. Default 1000.
+	PurgeBatch int
+	// ShutdownTimeout bounds the graceful stop of [Worker.Run]. Default 30s.
+	ShutdownTimeout time.Duration
+	// Logger receives failures and lease losses. Default slog.Default().
+	Logger *slog.Logger
+	// OnEvent, if set, is called after every run, from the worker's
+	// goroutines (it must be safe for concurrent use and fast).
+	OnEvent func(Event)
+}
+
+// Outcome is what became of one claimed row.
+type Outcome int
+
+const (
+	// Processed: the handler's effect and the processed mark committed.
+	Processed Outcome = iota + 1
+	// Retried: the run failed; the row is pending again.
+	Retried
+	// Dead: the row went to the dead letters.
+	Dead
+	// LeaseLost: another worker took the row over; nothing was committed.
+	LeaseLost
+	// Released: the worker stopped and gave the row back unprocessed.
+	Released
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Processed:
+		return "processed"
+	case Retried:
+		return "retried"
+	case Dead:
+		return "dead"
+	case LeaseLost:
+		return "lease_lost"
+	case Released:
+		return "released"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Event reports one run to Config.OnEvent.
+type Event struct {
+	Message Message
+	Outcome Outcome
+	// Err is the handler's (or the backend's) error; nil when Processed.
+	Err error
+	// Duration is how long the run took.
+	Duration time.Duration
+}
+
+// Worker claims due inbox rows and dispatches them by event type to the
+// registered handlers. Register handlers with [Worker.Handle], then
+// [Worker.Start] and [Worker.Stop] (or [Worker.Run]).
+type Worker[Tx any] struct {
+	b      Backend[Tx]
+	cfg    Config
+	policy retry.Policy
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	handlers map[string]Handler[Tx]
+	started  bool
+	stopping chan struct{} // closed by Stop: claim nothing more
+	hardStop context.CancelFunc
+	runCtx   context.Context
+	wg       sync.WaitGroup
+}
+
+// NewWorker returns a worker over b. It does not start.
+func NewWorker[Tx any](b Backend[Tx], cfg *Config) (*Worker[Tx], error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: inbox: nil backend", idem.ErrInvalidConfig)
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.PurgeBatch == 0 {
+		c.PurgeBatch = DefaultPurgeBatch
+	}
+	def(&c.Lease, DefaultLease)
+	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.Retention, idem.DefaultRetention)
+	def(&c.PurgeInterval, DefaultPurgeInterval)
+	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	switch {
+	case c.Workers < 0:
+		return nil, fmt.Errorf("%w: inbox: Workers must be positive, got %d", idem.ErrInvalidConfig, c.Workers)
+	case c.BatchSize < 0 || c.BatchSize > MaxBatch:
+		return nil, fmt.Errorf("%w: inbox: BatchSize must be 1..%d, got %d", idem.ErrInvalidConfig, MaxBatch, c.BatchSize)
+	case c.Lease < 3*time.Millisecond:
+		return nil, fmt.Errorf("%w: inbox: Lease must be at least 3ms, got %v", idem.ErrInvalidConfig, c.Lease)
+	case c.PollInterval < 0 || c.Retention < 0 || c.ShutdownTimeout < 0:
+		return nil, fmt.Errorf("%w: inbox: durations must not be negative", idem.ErrInvalidConfig)
+	case c.PurgeBatch < 0:
+		return nil, fmt.Errorf("%w: inbox: PurgeBatch must be positive, got %d", idem.ErrInvalidConfig, c.PurgeBatch)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &Worker[Tx]{b: b, cfg: c, policy: c.Retry.WithDefaults(), log: c.Logger,
+		handlers: map[string]Handler[Tx]{}, stopping: make(chan struct{})}, nil
+}
+
+// Config returns the effective configuration.
+func (w *Worker[Tx]) Config() Config { return w.cfg }
+
+// Handle registers h for eventType. It fails after Start and for a type
+// that already has a handler.
+func (w *Worker[Tx]) Handle(eventType string, h Handler[Tx]) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.started:
+		return fmt.Errorf("%w: inbox: register handlers before Start", idem.ErrInvalidConfig)
+	case h == nil:
+		return fmt.Errorf("%w: inbox: nil handler for %q", idem.ErrInvalidConfig, eventType)
+	case w.handlers[eventType] != nil:
+		return fmt.Errorf("%w: inbox: event type %q already has a handler", idem.ErrInvalidConfig, eventType)
+	}
+	w.handlers[eventType] = h
+	return nil
+}
+
+// Start launches the worker loops and the purge loop. Cancelling ctx is a
+// hard stop: running handlers see a cancelled context and their rows are
+// released. Use [Worker.Stop] for a graceful one.
+func (w *Worker[Tx]) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return fmt.Errorf("%w: inbox: worker already started", idem.ErrInvalidConfig)
+	}
+	w.started = true
+	w.runCtx, w.hardStop = context.WithCancel(ctx)
+	for range w.cfg.Workers {
+		w.wg.Go(func() { w.loop(w.runCtx) })
+	}
+	if w.cfg.PurgeInterval > 0 {
+		w.wg.Go(func() { w.purgeLoop(w.runCtx) })
+	}
+	return nil
+}
+
+// Stop stops claiming, lets every loop finish the row it is running,
+// releases the rows it claimed but did not start, and waits. If ctx ends
+// first, running handlers are cancelled (their rows released) and Stop
+// returns ctx's error once the loops have exited.
+func (w *Worker[Tx]) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started {
+		w.mu.Unlock()
+		return nil
+	}
+	select {
+	case <-w.stopping:
+	default:
+		close(w.stopping)
+	}
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		w.hardStop()
+		return nil
+	case <-ctx.Done():
+		w.hardStop()
+		<-done
+		return fmt.Errorf("inbox: stop: %w", ctx.Err())
+	}
+}
+
+// Run starts the worker and blocks until ctx is done, then stops
+// gracefully within Config.ShutdownTimeout.
+func (w *Worker[Tx]) Run(ctx context.Context) error {
+	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
+	defer cancel()
+	return w.Stop(sctx)
+}
+
+// RunOnce claims one batch and processes it in the calling goroutine. It
+// returns how many rows it claimed (0: nothing was due). Handy in tests and
+// for a cron-style drain.
+func (w *Worker[Tx]) RunOnce(ctx context.Context) (int, error) {
+	rows, err := w.b.Claim(ctx, ClaimRequest{Limit: w.cfg.BatchSize, Lease: w.cfg.Lease, Ordered: w.cfg.Ordered})
+	if err != nil {
+		return 0, err
+	}
+	w.runBatch(ctx, rows)
+	return len(rows), nil
+}
+
+func (w *Worker[Tx]) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// idle waits d, returning false when the worker stops meanwhile.
+func (w *Worker[Tx]) idle(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stopping:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (w *Worker[Tx]) loop(ctx context.Context) {
+	req := ClaimRequest{Limit: w.cfg.BatchSize, Lease: w.cfg.Lease, Ordered: w.cfg.Ordered}
+	for !w.isStopping() && ctx.Err() == nil {
+		rows, err := w.b.Claim(ctx, req)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.WarnContext(ctx, "inbox: claim failed", "err", err)
+			}
+			if !w.idle(ctx, w.cfg.PollInterval) {
+				return
+			}
+			continue
+		}
+		w.runBatch(ctx, rows)
+		if len(rows) < req.Limit && !w.idle(ctx, w.cfg.PollInterval) {
+			return
+		}
+	}
+}
+
+func (w *Worker[Tx]) purgeLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.PurgeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.stopping:
+			return
+		case <-t.C:
+		}
+		n, err := w.b.PurgeProcessed(ctx, w.cfg.Retention, w.cfg.PurgeBatch)
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "inbox: purge failed", "err", err)
+		} else if n > 0 {
+			w.log.DebugContext(ctx, "inbox: purged processed rows", "rows", n)
+		}
+	}
+}
+
+// batchLeases tracks the leases of one batch for its heartbeat.
+type batchLeases struct {
+	mu     sync.Mutex
+	held   map[int64]int64 // id -> token
+	cancel map[int64]context.CancelCauseFunc
+}
+
+func (bl *batchLeases) list() []Lease {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	out := make([]Lease, 0, len(bl.held))
+	for id, tok := range bl.held {
+		out = append(out, Lease{ID: id, Token: tok})
+	}
+	return out
+}
+
+func (bl *batchLeases) drop(id int64) {
+	bl.mu.Lock()
+	delete(bl.held, id)
+	delete(bl.cancel, id)
+	bl.mu.Unlock()
+}
+
+// runBatch processes rows in order while a heartbeat extends the leases of
+// the rows not finished yet. On stop it releases the rows it did not start.
+func (w *Worker[Tx]) runBatch(ctx context.Context, rows []Row) {
+	if len(rows) == 0 {
+		return
+	}
+	bl := &batchLeases{held: make(map[int64]int64, len(rows)), cancel: map[int64]context.CancelCauseFunc{}}
+	for _, r := range rows {
+		bl.held[r.ID] = r.Token
+	}
+	hbDone := make(chan struct{})
+	hbQuit := make(chan struct{})
+	go w.heartbeat(ctx, bl, hbQuit, hbDone)
+	defer func() { close(hbQuit); <-hbDone }()
+	for i, r := range rows {
+		if w.isStopping() || ctx.Err() != nil {
+			w.release(ctx, bl, rows[i:])
+			return
+		}
+		bl.mu.Lock()
+		_, held := bl.held[r.ID]
+		rctx, cancel := context.WithCancelCause(ctx)
+		bl.cancel[r.ID] = cancel
+		bl.mu.Unlock()
+		if held {
+			w.runOne(rctx, ctx, r)
+		} else {
+			w.emit(Event{Message: r.Message(), Outcome: LeaseLost, Err: idem.ErrLeaseLost})
+		}
+		cancel(nil)
+		bl.drop(r.ID)
+	}
+}
+
+func (w *Worker[Tx]) heartbeat(ctx context.Context, bl *batchLeases, quit <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(w.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-t.C:
+		}
+		ls := bl.list()
+		if len(ls) == 0 {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease/3)
+		kept, err := w.b.Extend(hctx, ls, w.cfg.Lease)
+		cancel()
+		if err != nil {
+			// The rows stay leased until their expiry; if the database stays
+			// unreachable, completes fail and the rows come back later.
+			w.log.WarnContext(ctx, "inbox: heartbeat failed", "err", err)
+			continue
+		}
+		keep := make(map[int64]bool, len(kept))
+		for _, id := range kept {
+			keep[id] = true
+		}
+		bl.mu.Lock()
+		for _, l := range ls {
+			if keep[l.ID] {
+				continue
+			}
+			if c := bl.cancel[l.ID]; c != nil {
+				c(fmt.Errorf("inbox: row %d: %w", l.ID, idem.ErrLeaseLost))
+			}
+			delete(bl.held, l.ID)
+		}
+		bl.mu.Unlock()
+	}
+}
+
+// release gives back the rows of a batch that were not run.
+func (w *Worker[Tx]) release(ctx context.Context, bl *batchLeases, rows []Row) {
+	ls := make([]Lease, 0, len(rows))
+	bl.mu.Lock()
+	for _, r := range rows {
+		if tok, ok := bl.held[r.ID]; ok {
+			ls = append(ls, Lease{ID: r.ID, Token: tok})
+		}
+	}
+	bl.mu.Unlock()
+	if len(ls) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := w.b.Release(rctx, ls); err != nil {
+		w.log.WarnContext(ctx, "inbox: release on stop failed; the rows come back when their leases expire", "rows", len(ls), "err", err)
+		return
+	}
+	for _, r := range rows {
+		w.emit(Event{Message: r.Message(), Outcome: Released})
+	}
+}
+
+func (w *Worker[Tx]) emit(ev Event) {
+	if w.cfg.OnEvent != nil {
+		w.cfg.OnEvent(ev)
+	}
+}
+
+// runOne runs the row's handler in the backend's completing transaction
+// and records the outcome. rctx is cancelled when the lease is lost; ctx
+// only on a hard stop.
+func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
+	msg := r.Message()
+	lease := Lease{ID: r.ID, Token: r.Token}
+	start := time.Now()
+	w.mu.Lock()
+	h := w.handlers[r.Type]
+	w.mu.Unlock()
+	if h == nil {
+		reason := fmt.Sprintf("no handler registered for event type %q", r.Type)
+		w.fail(ctx, r, FailRequest{Lease: lease, Error: reason, Dead: true, DeadReason: reason}, start, errors.New("inbox: "+reason))
+		return
+	}
+	err := w.b.Complete(rctx, lease, func(ctx context.Context, tx Tx) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				w.log.ErrorContext(ctx, "inbox: handler panicked", "row", r.ID, "type", r.Type, "panic", p, "stack", string(debug.Stack()))
+				err = fmt.Errorf("inbox: handler for %q panicked: %v", r.Type, p)
+			}
+		}()
+		return h(ctx, tx, msg)
+	})
+	switch {
+	case err == nil:
+		w.emit(Event{Message: msg, Outcome: Processed, Duration: time.Since(start)})
+		return
+	case errors.Is(err, idem.ErrLeaseLost) || errors.Is(context.Cause(rctx), idem.ErrLeaseLost):
+		w.log.WarnContext(ctx, "inbox: lease lost; another worker has the row", "row", r.ID, "err", err)
+		w.emit(Event{Message: msg, Outcome: LeaseLost, Err: err, Duration: time.Since(start)})
+		return
+	case ctx.Err() != nil:
+		// A hard stop cancelled the handler: not the message's fault.
+		w.release(ctx, &batchLeases{held: map[int64]int64{r.ID: r.Token}}, []Row{r})
+		return
+	}
+	req := FailRequest{Lease: lease, Error: CutError(err.Error())}
+	switch {
+	case retry.IsPermanent(err):
+		req.Dead, req.DeadReason = true, "permanent error"
+	case idem.IsRetryable(err):
+		req.Uncounted = true
+		req.Delay = w.policy.DelayFor(r.Attempts, err)
+	case w.policy.MaxAttempts > 0 && r.Attempts+1 >= w.policy.MaxAttempts:
+		req.Dead, req.DeadReason = true, fmt.Sprintf("failed %d times (max attempts %d)", r.Attempts+1, w.policy.MaxAttempts)
+	default:
+		req.Delay = w.policy.DelayFor(r.Attempts, err)
+	}
+	w.fail(ctx, r, req, start, err)
+}
+
+func (w *Worker[Tx]) fail(ctx context.Context, r Row, req FailRequest, start time.Time, cause error) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ev := Event{Message: r.Message(), Outcome: Retried, Err: cause}
+	if req.Dead {
+		ev.Outcome = Dead
+	}
+	if err := w.b.Fail(fctx, req); err != nil {
+		if errors.Is(err, idem.ErrLeaseLost) {
+			ev.Outcome = LeaseLost
+		} else {
+			// The row stays leased; it is run again after the lease expires.
+			w.log.WarnContext(ctx, "inbox: recording a failure failed", "row", r.ID, "err", err, "cause", cause)
+			ev.Outcome, ev.Err = Retried, errors.Join(cause, err)
+		}
+	} else if req.Dead {
+		w.log.WarnContext(ctx, "inbox: message is dead", "row", r.ID, "source", r.Source, "id", r.MessageID,
+			"type", r.Type, "reason", req.DeadReason, "err", cause)
+	}
+	ev.Duration = time.Since(start)
+	w.emit(ev)
+}
