@@ -67,6 +67,21 @@
 // expires and a later retry runs the handler again: handlers that call
 // external systems should pass on a key derived with [idem.DownstreamKey].
 //
+// # Placement and leases
+//
+// Put the middleware after authentication, so Config.Principal can read
+// the principal, and around each route's handler (mux.Handle(pattern,
+// mw.Handler(h))) so the default route is the ServeMux pattern; wrapped
+// around the whole mux it sees no pattern and scopes by URL path instead.
+//
+// The lease is heartbeated every Lease/3. It must comfortably exceed the
+// store's worst write latency under load: if a burst of claims queues the
+// heartbeat (SQLite has one writer) past the lease, another retry takes
+// over and runs the handler a second time; fencing tokens then stop the
+// first run from overwriting the record, but the effect happened twice.
+// The 30 s default leaves a wide margin; leases of 1 s work on a store
+// that is not saturated.
+//
 // # Proxy
 //
 // [NewProxy] puts the middleware in front of an upstream URL with

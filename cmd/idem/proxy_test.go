@@ -409,3 +409,28 @@ func TestProxyCrashRestart(t *testing.T) {
 		t.Fatalf("upstream keys %q: the retry must be forwarded again with the same key", api.keys)
 	}
 }
+
+// With --wait every parallel retry waits for the first and gets its response.
+func TestProxyWait(t *testing.T) {
+	t.Parallel()
+	api := &orderAPI{delay: 200 * time.Millisecond}
+	up := httptest.NewServer(api)
+	defer up.Close()
+	base, _ := inProcessProxy(t, "--upstream", up.URL, "--store", migratedSQLite(t), "--wait", "20s")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 20}}
+	defer client.CloseIdleConnections()
+	res := make([]proxyResponse, 20)
+	var wg sync.WaitGroup
+	for i := range res {
+		wg.Go(func() { res[i] = postKey(t, client, base, "w", "Bearer A", `{"n":1}`) })
+	}
+	wg.Wait()
+	for _, r := range res {
+		if r.status != http.StatusCreated || r.body != res[0].body {
+			t.Fatalf("%d %q, want 201 %q", r.status, r.body, res[0].body)
+		}
+	}
+	if n := api.calls.Load(); n != 1 {
+		t.Fatalf("upstream calls %d", n)
+	}
+}
