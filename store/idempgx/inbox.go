@@ -30,7 +30,7 @@ func (s *Store) Inbox() *Inbox {
 
 type inboxQueries struct {
 	receive, receiveLookup, claim, claimOrdered, complete, fail, extend, release, purge string
-	stats, list, get, attempts, redrive, discard                                      string
+	stats, list, get, attempts, redrive, discard                                        string
 }
 
 // inboxColumns is the column list scanInboxRow reads, each qualified with p.

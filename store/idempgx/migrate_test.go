@@ -2,6 +2,7 @@ package idempgx_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -173,7 +174,7 @@ func TestCheckNotMigrated(t *testing.T) {
 	if !errors.Is(err, idempgx.ErrNotMigrated) {
 		t.Fatalf("check of empty schema = %v; want ErrNotMigrated", err)
 	}
-	want := "idem: postgres schema " + schema + " is not migrated (at version 0, want 1); run `idem migrate up --store postgres://…`"
+	want := "idem: postgres schema " + schema + " is not migrated (at version 0, want " + strconv.Itoa(idempgx.LatestVersion()) + "); run `idem migrate up --store postgres://…`"
 	if err.Error() != want {
 		t.Fatalf("message = %q\nwant      %q", err.Error(), want)
 	}
