@@ -350,6 +350,7 @@ func TestProxyCrashRestart(t *testing.T) {
 	client := &http.Client{}
 	defer client.CloseIdleConnections()
 
+	exited := map[*exec.Cmd]chan struct{}{}
 	start := func() (*exec.Cmd, string) {
 		cmd := exec.Command(bin, "proxy", "--listen", "127.0.0.1:0", "--upstream", up.URL, "--store", dsn, "--lease", "1s")
 		out := &syncBuffer{}
@@ -360,6 +361,7 @@ func TestProxyCrashRestart(t *testing.T) {
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
 		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+		exited[cmd] = done
 		return cmd, waitListening(t, out, done)
 	}
 	p1, base := start()
@@ -389,7 +391,7 @@ func TestProxyCrashRestart(t *testing.T) {
 	}
 	client.CloseIdleConnections()
 
-	_, base = start()
+	p2, base := start()
 	if r := postKey(t, client, base, "done", "Bearer A", `{}`); r.status != http.StatusCreated || r.body != done.body ||
 		r.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("completed key after restart: %d %s", r.status, r.body)
@@ -407,6 +409,19 @@ func TestProxyCrashRestart(t *testing.T) {
 	defer api.mu.Unlock()
 	if len(api.keys) != 3 || api.keys[1] != "block" || api.keys[2] != "block" {
 		t.Fatalf("upstream keys %q: the retry must be forwarded again with the same key", api.keys)
+	}
+	// SIGTERM: the real process drains and exits 0.
+	client.CloseIdleConnections()
+	if err := p2.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited[p2]:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the proxy did not exit after SIGTERM")
+	}
+	if code := p2.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code after SIGTERM: %d", code)
 	}
 }
 
