@@ -105,7 +105,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Conformance", func(t *testing.T) {
 		idemstoretest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c, nil) },
-			&idemstoretest.Options{ClockPrecision: time.Millisecond})
+			&idemstoretest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 	})
 }
 

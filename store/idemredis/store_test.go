@@ -111,7 +111,7 @@ func TestConformance(t *testing.T) {
 	c := newClient(t)
 	idemstoretest.Run(t, func(t *testing.T) idem.Store {
 		return newStore(t, c, nil)
-	}, &idemstoretest.Options{ClockPrecision: time.Millisecond})
+	}, &idemstoretest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 }
 
 func TestConformanceSmallResultLimit(t *testing.T) {
