@@ -306,7 +306,6 @@ func ListLimit(req ListRequest) (int, error) {
 	return req.Limit, nil
 }
 
-
 // StatsInOrder lists every state in [States] order, taking counts from by
 // (a state missing from by counts zero). Backends use it for Stats.
 func StatsInOrder(by map[State]StateCount) []StateCount {

@@ -379,7 +379,7 @@ func testLeaseFencing[Tx any](t *testing.T, env Env[Tx]) {
 	ctx := ctxT(t)
 	b := env.Backend
 	receiveN(t, ctx, b, 1, "a")
-	first, err := b.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: 50 * time.Millisecond})
+	first, err := b.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: 400 * time.Millisecond})
 	if err != nil || len(first) != 1 || first[0].State != inbox.StateRunning || first[0].Token == 0 {
 		t.Fatalf("claim = %+v, %v", first, err)
 	}
@@ -387,7 +387,7 @@ func testLeaseFencing[Tx any](t *testing.T, env Env[Tx]) {
 	if rows, err := b.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(rows) != 0 {
 		t.Fatalf("claim during a live lease = %+v, %v", rows, err)
 	}
-	time.Sleep(80 * time.Millisecond)
+	time.Sleep(450 * time.Millisecond)
 	second, err := b.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: time.Minute})
 	if err != nil || len(second) != 1 || second[0].Token <= first[0].Token {
 		t.Fatalf("takeover = %+v, %v", second, err)

@@ -1,0 +1,445 @@
+package idemsqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox"
+)
+
+// Inbox is the inbox table of a store's database: an [inbox.Backend] whose
+// handlers get the *sql.Tx that also marks their message processed. Get it
+// with [Store.Inbox]. Claims, completions and failures go through the
+// store's write queue, so they run one at a time within a process and SQLite
+// arbitrates between processes (BEGIN IMMEDIATE).
+type Inbox struct{ s *Store }
+
+var _ inbox.Backend[*sql.Tx] = (*Inbox)(nil)
+
+// Inbox returns the store's inbox (migration 2 creates its tables).
+func (s *Store) Inbox() *Inbox { return &Inbox{s: s} }
+
+const inboxColumns = `id, source, message_id, type, payload, ordering_key, fingerprint, state, attempts, token,
+	coalesce(last_error, ''), coalesce(dead_reason, ''), received_at, next_attempt_at, processed_at`
+
+func scanInboxRow(row scanner) (inbox.Row, error) {
+	var (
+		r                   inbox.Row
+		fp                  []byte
+		state               string
+		recv, next          int64
+		done                sql.NullInt64
+		payload, lastErrRaw []byte
+	)
+	if err := row.Scan(&r.ID, &r.Source, &r.MessageID, &r.Type, &payload, &r.OrderingKey, &fp, &state,
+		&r.Attempts, &r.Token, &lastErrRaw, &r.DeadReason, &recv, &next, &done); err != nil {
+		return inbox.Row{}, err
+	}
+	r.Payload = append([]byte{}, payload...)
+	r.LastError = string(lastErrRaw)
+	copy(r.Fingerprint[:], fp)
+	r.State = inbox.State(state)
+	r.ReceivedAt, r.NextAttemptAt = time.UnixMicro(recv), time.UnixMicro(next)
+	if r.State == inbox.StateRunning {
+		r.LeaseExpiresAt = r.NextAttemptAt
+	}
+	r.ProcessedAt = fromMicros(done)
+	return r, nil
+}
+
+type execQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Receive implements [inbox.Backend]: one INSERT … ON CONFLICT DO NOTHING.
+func (ib *Inbox) Receive(ctx context.Context, msg inbox.Message) (bool, error) {
+	msg, err := inbox.Prepare(msg)
+	if err != nil {
+		return false, err
+	}
+	var isNew bool
+	err = ib.s.inTx(ctx, "inbox receive", func(tx *sql.Tx, now int64) error {
+		var err error
+		isNew, err = ib.receive(ctx, tx, msg, now)
+		return err
+	})
+	return isNew, err
+}
+
+// ReceiveTx is Receive in the caller's transaction: the message is in the
+// inbox exactly when tx commits. Open the database like [OpenDB] does
+// (BEGIN IMMEDIATE), or a transaction that read first may fail with a
+// retryable busy error.
+func (ib *Inbox) ReceiveTx(ctx context.Context, tx *sql.Tx, msg inbox.Message) (bool, error) {
+	if tx == nil {
+		return false, fmt.Errorf("%w: idemsqlite: nil transaction", idem.ErrInvalidConfig)
+	}
+	msg, err := inbox.Prepare(msg)
+	if err != nil {
+		return false, err
+	}
+	return ib.receive(ctx, tx, msg, micros(ib.s.now()))
+}
+
+func (ib *Inbox) receive(ctx context.Context, q execQuerier, msg inbox.Message, now int64) (bool, error) {
+	var id int64
+	err := q.QueryRowContext(ctx, `INSERT INTO idem_inbox (source, message_id, type, payload, ordering_key, fingerprint, received_at, next_attempt_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, message_id) DO NOTHING RETURNING id`,
+		msg.Source, msg.ID, msg.Type, msg.Payload, msg.OrderingKey, msg.Fingerprint[:], now, now).Scan(&id)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return false, ib.wrap("inbox receive", err)
+	}
+	// The insert and this read are in one transaction, so the row is there.
+	var fp []byte
+	if err := q.QueryRowContext(ctx, `SELECT id, fingerprint FROM idem_inbox WHERE source = ? AND message_id = ?`,
+		msg.Source, msg.ID).Scan(&id, &fp); err != nil {
+		return false, ib.wrap("inbox receive", err)
+	}
+	if idem.Fingerprint(fp) != msg.Fingerprint {
+		return false, &inbox.MismatchError{Source: msg.Source, ID: msg.ID, RowID: id}
+	}
+	return false, nil
+}
+
+func (ib *Inbox) wrap(op string, err error) error {
+	if strings.Contains(err.Error(), "no such table: idem_inbox") {
+		return fmt.Errorf("idemsqlite: %s: %w: run `idem migrate up --store sqlite://…` (%w)", op, ErrNotMigrated, err)
+	}
+	return fmt.Errorf("idemsqlite: %s: %w", op, classify(err))
+}
+
+// Claim implements [inbox.Backend]: it selects and leases due rows in one
+// BEGIN IMMEDIATE transaction, so no other writer can claim them meanwhile.
+func (ib *Inbox) Claim(ctx context.Context, req inbox.ClaimRequest) ([]inbox.Row, error) {
+	if err := inbox.ValidateClaim(req); err != nil {
+		return nil, err
+	}
+	var out []inbox.Row
+	err := ib.s.inTx(ctx, "inbox claim", func(tx *sql.Tx, now int64) error {
+		out = out[:0]
+		query := `SELECT id FROM idem_inbox AS i WHERE state IN ('pending', 'running') AND next_attempt_at <= ?`
+		if req.Ordered {
+			query += ` AND (i.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM idem_inbox AS e
+	WHERE e.ordering_key = i.ordering_key AND e.id < i.id AND e.state IN ('pending', 'running')))`
+		}
+		query += ` ORDER BY next_attempt_at, id LIMIT ?`
+		rows, err := tx.QueryContext(ctx, query, now, req.Limit)
+		if err != nil {
+			return ib.wrap("inbox claim", err)
+		}
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return ib.wrap("inbox claim", err)
+			}
+			ids = append(ids, id)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return ib.wrap("inbox claim", err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		var top int64
+		if err := tx.QueryRowContext(ctx, `UPDATE idem_inbox_token_counter SET value = value + ? WHERE id = 1 RETURNING value`,
+			len(ids)).Scan(&top); err != nil {
+			return ib.wrap("inbox claim: token", err)
+		}
+		until := now + durMicros(req.Lease)
+		for i, id := range ids {
+			r, err := scanInboxRow(tx.QueryRowContext(ctx, `UPDATE idem_inbox SET state = 'running', token = ?, next_attempt_at = ?
+WHERE id = ? RETURNING `+inboxColumns, top-int64(len(ids)-1-i), until, id))
+			if err != nil {
+				return ib.wrap("inbox claim", err)
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// durMicros converts a duration to microseconds, rounding up.
+func durMicros(d time.Duration) int64 {
+	us := d / time.Microsecond
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	return int64(us)
+}
+
+// Complete implements [inbox.Backend]: fn runs, then the processed mark,
+// guarded by the token, in the same transaction.
+func (ib *Inbox) Complete(ctx context.Context, l inbox.Lease, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: idemsqlite: nil handler", idem.ErrInvalidConfig)
+	}
+	op := fmt.Sprintf("inbox complete %d", l.ID)
+	return ib.s.inTx(ctx, op, func(tx *sql.Tx, now int64) error {
+		if err := fn(ctx, tx); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE idem_inbox SET state = 'processed', processed_at = ?, next_attempt_at = ?
+WHERE id = ? AND token = ? AND state = 'running'`, now, now, l.ID, l.Token)
+		return ib.leaseHeld(op, l, res, err)
+	})
+}
+
+func (ib *Inbox) leaseHeld(op string, l inbox.Lease, res sql.Result, err error) error {
+	if err != nil {
+		return ib.wrap(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return ib.wrap(op, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("idemsqlite: %s (token %d): %w", op, l.Token, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Fail implements [inbox.Backend].
+func (ib *Inbox) Fail(ctx context.Context, req inbox.FailRequest) error {
+	if req.Delay < 0 {
+		req.Delay = 0
+	}
+	op := fmt.Sprintf("inbox fail %d", req.ID)
+	msg := inbox.CutError(req.Error)
+	return ib.s.inTx(ctx, op, func(tx *sql.Tx, now int64) error {
+		state, reason, add := "pending", sql.NullString{}, 1
+		if req.Dead {
+			state, reason = "dead", sql.NullString{String: inbox.CutError(req.DeadReason), Valid: true}
+		}
+		if req.Uncounted {
+			add = 0
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE idem_inbox SET state = ?, attempts = attempts + ?, last_error = ?, dead_reason = ?,
+	next_attempt_at = ? WHERE id = ? AND token = ? AND state = 'running'`,
+			state, add, msg, reason, now+durMicros(req.Delay), req.ID, req.Token)
+		if err := ib.leaseHeld(op, req.Lease, res, err); err != nil || req.Uncounted {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO idem_inbox_attempts (inbox_id, attempt, at, error)
+SELECT ?, coalesce(max(attempt), 0) + 1, ?, ? FROM idem_inbox_attempts WHERE inbox_id = ?`, req.ID, now, msg, req.ID)
+		if err != nil {
+			return ib.wrap(op, err)
+		}
+		return nil
+	})
+}
+
+// leases runs stmt (which takes next_attempt_at, id, token) for each lease
+// in one transaction and returns the ids it changed.
+func (ib *Inbox) leases(ctx context.Context, op string, ls []inbox.Lease, next func(now int64) int64, stmt string) ([]int64, error) {
+	var kept []int64
+	err := ib.s.inTx(ctx, op, func(tx *sql.Tx, now int64) error {
+		kept = kept[:0]
+		for _, l := range ls {
+			res, err := tx.ExecContext(ctx, stmt, next(now), l.ID, l.Token)
+			if err := ib.leaseHeld(op, l, res, err); err != nil {
+				if errors.Is(err, idem.ErrLeaseLost) {
+					continue
+				}
+				return err
+			}
+			kept = append(kept, l.ID)
+		}
+		return nil
+	})
+	return kept, err
+}
+
+// Extend implements [inbox.Backend].
+func (ib *Inbox) Extend(ctx context.Context, ls []inbox.Lease, lease time.Duration) ([]int64, error) {
+	if lease <= 0 {
+		return nil, fmt.Errorf("%w: idemsqlite: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
+	}
+	if len(ls) == 0 {
+		return nil, nil
+	}
+	return ib.leases(ctx, "inbox extend", ls, func(now int64) int64 { return now + durMicros(lease) },
+		`UPDATE idem_inbox SET next_attempt_at = ? WHERE id = ? AND token = ? AND state = 'running'`)
+}
+
+// Release implements [inbox.Backend].
+func (ib *Inbox) Release(ctx context.Context, ls []inbox.Lease) (int64, error) {
+	if len(ls) == 0 {
+		return 0, nil
+	}
+	kept, err := ib.leases(ctx, "inbox release", ls, func(now int64) int64 { return now },
+		`UPDATE idem_inbox SET state = 'pending', next_attempt_at = ? WHERE id = ? AND token = ? AND state = 'running'`)
+	return int64(len(kept)), err
+}
+
+// batches runs a bounded write transaction until it affects fewer rows
+// than limit.
+func (ib *Inbox) batches(ctx context.Context, op string, limit int, stmt func(tx *sql.Tx, now int64) (sql.Result, error)) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := ib.s.inTx(ctx, op, func(tx *sql.Tx, now int64) error {
+			res, err := stmt(tx, now)
+			if err != nil {
+				return ib.wrap(op, err)
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < int64(limit) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("idemsqlite: %s: %w", op, err)
+		}
+	}
+}
+
+// PurgeProcessed implements [inbox.Backend].
+func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	if olderThan < 0 || limit < 0 || limit > inbox.MaxBatch {
+		return 0, fmt.Errorf("%w: idemsqlite: purge: olderThan must not be negative and limit must be 0..%d", idem.ErrInvalidConfig, inbox.MaxBatch)
+	}
+	if limit == 0 {
+		limit = DefaultPurgeBatch
+	}
+	return ib.batches(ctx, "inbox purge", limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
+		return tx.ExecContext(ctx, `DELETE FROM idem_inbox WHERE id IN (
+	SELECT id FROM idem_inbox WHERE state = 'processed' AND processed_at <= ? LIMIT ?)`, now-durMicros(olderThan), limit)
+	})
+}
+
+// Stats implements [inbox.Admin].
+func (ib *Inbox) Stats(ctx context.Context) ([]inbox.StateCount, error) {
+	rows, err := ib.s.db.QueryContext(ctx, `SELECT state, count(*), min(received_at) FROM idem_inbox GROUP BY state`)
+	if err != nil {
+		return nil, ib.wrap("inbox stats", err)
+	}
+	defer rows.Close()
+	now := ib.s.now()
+	by := map[inbox.State]inbox.StateCount{}
+	for rows.Next() {
+		var (
+			state  string
+			n      int64
+			oldest int64
+		)
+		if err := rows.Scan(&state, &n, &oldest); err != nil {
+			return nil, ib.wrap("inbox stats", err)
+		}
+		by[inbox.State(state)] = inbox.StateCount{State: inbox.State(state), Count: n, Oldest: now.Sub(time.UnixMicro(oldest))}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, ib.wrap("inbox stats", err)
+	}
+	return inbox.StatsInOrder(by), nil
+}
+
+// List implements [inbox.Admin].
+func (ib *Inbox) List(ctx context.Context, req inbox.ListRequest) ([]inbox.Row, error) {
+	limit, err := inbox.ListLimit(req)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := ib.s.db.QueryContext(ctx, `SELECT `+inboxColumns+` FROM idem_inbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?`,
+		string(req.State), req.AfterID, limit)
+	if err != nil {
+		return nil, ib.wrap("inbox list", err)
+	}
+	defer rows.Close()
+	var out []inbox.Row
+	for rows.Next() {
+		r, err := scanInboxRow(rows)
+		if err != nil {
+			return nil, ib.wrap("inbox list", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, ib.wrap("inbox list", err)
+	}
+	return out, nil
+}
+
+// Get implements [inbox.Admin].
+func (ib *Inbox) Get(ctx context.Context, id int64) (inbox.Row, []inbox.Attempt, error) {
+	r, err := scanInboxRow(ib.s.db.QueryRowContext(ctx, `SELECT `+inboxColumns+` FROM idem_inbox WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return inbox.Row{}, nil, fmt.Errorf("idemsqlite: inbox row %d: %w", id, idem.ErrNotFound)
+	}
+	if err != nil {
+		return inbox.Row{}, nil, ib.wrap("inbox get", err)
+	}
+	rows, err := ib.s.db.QueryContext(ctx, `SELECT attempt, at, error FROM idem_inbox_attempts WHERE inbox_id = ? ORDER BY attempt`, id)
+	if err != nil {
+		return inbox.Row{}, nil, ib.wrap("inbox get", err)
+	}
+	defer rows.Close()
+	var hist []inbox.Attempt
+	for rows.Next() {
+		var (
+			a  inbox.Attempt
+			at int64
+		)
+		if err := rows.Scan(&a.Number, &at, &a.Error); err != nil {
+			return inbox.Row{}, nil, ib.wrap("inbox get", err)
+		}
+		a.At = time.UnixMicro(at)
+		hist = append(hist, a)
+	}
+	if err := rows.Err(); err != nil {
+		return inbox.Row{}, nil, ib.wrap("inbox get", err)
+	}
+	return r, hist, nil
+}
+
+// Redrive implements [inbox.Admin].
+func (ib *Inbox) Redrive(ctx context.Context, sel inbox.Select) (int64, error) {
+	return ib.deadBatches(ctx, "inbox redrive", sel, func(now int64) (string, []any) {
+		return `UPDATE idem_inbox SET state = 'pending', attempts = 0, dead_reason = NULL, next_attempt_at = ? WHERE id IN `, []any{now}
+	})
+}
+
+// Discard implements [inbox.Admin].
+func (ib *Inbox) Discard(ctx context.Context, sel inbox.Select) (int64, error) {
+	return ib.deadBatches(ctx, "inbox discard", sel, func(int64) (string, []any) {
+		return `DELETE FROM idem_inbox WHERE id IN `, nil
+	})
+}
+
+func (ib *Inbox) deadBatches(ctx context.Context, op string, sel inbox.Select, head func(now int64) (string, []any)) (int64, error) {
+	if err := inbox.ValidateSelect(sel); err != nil {
+		return 0, err
+	}
+	// The ids go in as one JSON array parameter, never spliced into SQL.
+	ids := make([]string, len(sel.IDs))
+	for i, id := range sel.IDs {
+		ids[i] = fmt.Sprint(id)
+	}
+	idsJSON := "[" + strings.Join(ids, ",") + "]"
+	limit := DefaultPurgeBatch
+	return ib.batches(ctx, op, limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
+		stmt, args := head(now)
+		return tx.ExecContext(ctx, stmt+`(SELECT id FROM idem_inbox WHERE state = 'dead'
+	AND (? OR id IN (SELECT value FROM json_each(?))) ORDER BY id LIMIT ?)`, append(args, sel.All, idsJSON, limit)...)
+	})
+}
