@@ -349,18 +349,22 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) (idem.Call, *
 	if p != nil {
 		return call, p
 	}
-	content := body
-	// A JSON request without a document (empty or only white space) has no
-	// content to canonicalise; it fingerprints as empty.
-	if isJSON(r.Header.Get("Content-Type")) && len(bytes.TrimSpace(body)) == 0 {
-		content = nil
-	} else if isJSON(r.Header.Get("Content-Type")) {
-		if content, err = idem.CanonicalJSON(body); err != nil {
+	// The content's kind is hashed too, so that a JSON document and the
+	// same bytes sent as another media type never match.
+	kind, content := "raw", body
+	if isJSON(r.Header.Get("Content-Type")) {
+		kind = "json"
+		// A JSON request without a document (empty or only white space)
+		// has nothing to canonicalise; it fingerprints as empty.
+		if len(bytes.TrimSpace(body)) == 0 {
+			content = nil
+		} else if content, err = idem.CanonicalJSON(body); err != nil {
 			return call, newProblem(http.StatusBadRequest, TypeBodyInvalid, "Invalid JSON body", err)
 		}
 	}
-	parts := make([][]byte, 0, 5+2*len(m.cfg.SignificantHeaders))
-	parts = append(parts, []byte("idemhttp-v1"), []byte(r.Method), []byte(route), []byte(r.URL.RequestURI()), content)
+	parts := make([][]byte, 0, 6+2*len(m.cfg.SignificantHeaders))
+	parts = append(parts, []byte("idemhttp-v1"), []byte(r.Method), []byte(route), []byte(r.URL.RequestURI()),
+		[]byte(kind), content)
 	for _, h := range m.cfg.SignificantHeaders {
 		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\n")))
 	}

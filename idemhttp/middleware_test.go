@@ -531,6 +531,7 @@ func TestCheck(t *testing.T) {
 	}
 	mk := func(tenant string) *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(body1))
+		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Idempotency-Key", `"k"`)
 		r.Header.Set("X-User", "u")
 		r.Header.Set("X-Tenant", tenant)
@@ -547,6 +548,11 @@ func TestCheck(t *testing.T) {
 	c2, _ := mw.Check(mk("t2"))
 	if c1.Fingerprint == c2.Fingerprint || c1.Scope != c2.Scope {
 		t.Fatal("significant header does not change the fingerprint")
+	}
+	raw := mk("t1")
+	raw.Header.Set("Content-Type", "text/plain")
+	if c3, _ := mw.Check(raw); c3.Fingerprint == c1.Fingerprint {
+		t.Fatal("the same bytes as JSON and as text/plain share a fingerprint")
 	}
 	r.Header.Del("Idempotency-Key")
 	r.Header.Add("Idempotency-Key", "a")
@@ -637,6 +643,7 @@ func TestWaitCanceled(t *testing.T) {
 	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/payments", strings.NewReader(body1))
 	r.Header.Set("X-User", "alice")
 	r.Header.Set("X-Req", "second")
+	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("Idempotency-Key", "k")
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	close(release)
