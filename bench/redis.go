@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/store/idemredis"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// RedisCallers is the concurrency of the Redis scenarios.
+const RedisCallers = 64
+
+// RedisPipeline is the depth of the pipelined ceiling.
+const RedisPipeline = 16
+
+// redisTTL bounds every key the Redis scenarios write, so nothing outlives
+// the run for long.
+const redisTTL = time.Minute
+
+func redisScenarios(n int) []*Scenario {
+	row := func(name string, role Role, note string, prep func(context.Context, *Env, *Scenario) (Run, error)) *Scenario {
+		return &Scenario{Group: GroupRedis, Name: name, Role: role, Concurrency: RedisCallers, Messages: n,
+			Note: note, Needs: NeedsRedis, Prepare: prep}
+	}
+	return []*Scenario{
+		row(fmt.Sprintf("raw SET NX PX, go-redis pipeline ×%d", RedisPipeline), RoleCeiling, "no record, no token, no fingerprint", prepRedisCeiling),
+		row("raw SET NX PX, go-redis unpipelined", RoleTextbook, "one round trip per key", prepRedisTextbook),
+		row("idem Store.Claim (rueidis)", RoleIdem, "Lua claim: record, fencing token, fingerprint", prepRedisClaim),
+	}
+}
+
+func goRedis(env *Env) (*redis.Client, error) {
+	return sharedValue(env, "go-redis", func() (*redis.Client, error) {
+		opt, err := redis.ParseURL(env.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		opt.PoolSize = RedisCallers
+		c := redis.NewClient(opt)
+		env.Cleanup(func() { _ = c.Close() })
+		return c, nil
+	})
+}
+
+func prepRedisCeiling(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	c, err := goRedis(env)
+	if err != nil {
+		return Run{}, err
+	}
+	return Run{Exec: func(ctx context.Context, st Stream) error {
+		return eachBatch(ctx, s.Concurrency, len(st.Keys), RedisPipeline, func(ctx context.Context, _, lo, hi int) error {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range st.Keys[lo:hi] {
+					p.SetNX(ctx, "idembench:"+k, "1", redisTTL)
+				}
+				return nil
+			})
+			return err
+		})
+	}}, nil
+}
+
+func prepRedisTextbook(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	c, err := goRedis(env)
+	if err != nil {
+		return Run{}, err
+	}
+	return Run{Exec: func(ctx context.Context, st Stream) error {
+		return eachMessage(ctx, s.Concurrency, len(st.Keys), func(ctx context.Context, _, i int) error {
+			return c.SetNX(ctx, "idembench:"+st.Keys[i], "1", redisTTL).Err()
+		})
+	}}, nil
+}
+
+func prepRedisClaim(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	opt, err := rueidis.ParseURL(env.RedisURL)
+	if err != nil {
+		return Run{}, err
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return Run{}, err
+	}
+	env.Cleanup(client.Close)
+	store, err := idemredis.New(ctx, client, &idemredis.Config{Prefix: "idembench:" + env.Prefix + ":", AbandonedRetention: redisTTL})
+	if err != nil {
+		return Run{}, err
+	}
+	return Run{Exec: func(ctx context.Context, st Stream) error {
+		return eachMessage(ctx, s.Concurrency, len(st.Keys), func(ctx context.Context, _, i int) error {
+			c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "bench", Key: st.Keys[i], Lease: redisTTL})
+			if err == nil && c.Outcome != idem.Acquired {
+				err = fmt.Errorf("claim %q: %v, want acquired", st.Keys[i], c.Outcome)
+			}
+			return err
+		})
+	}}, nil
+}

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Role says what a scenario is within its group, and so which rows the
+// ratios are taken against.
+type Role int
+
+const (
+	// RoleIdem is idem itself.
+	RoleIdem Role = iota + 1
+	// RoleCeiling is the backend's raw speed for the same keys without the
+	// guarantees: the upper bound. Ratios are taken against it.
+	RoleCeiling
+	// RoleTextbook is what a careful engineer would hand-write. Ratios are
+	// taken against it.
+	RoleTextbook
+	// RolePeer is another library that solves the same problem.
+	RolePeer
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleIdem:
+		return "idem"
+	case RoleCeiling:
+		return "ceiling"
+	case RoleTextbook:
+		return "textbook"
+	case RolePeer:
+		return "peer"
+	}
+	return fmt.Sprintf("Role(%d)", int(r))
+}
+
+// Group names, in report order.
+const (
+	GroupPostgres = "PostgreSQL: dedupe + ledger effect"
+	GroupRedis    = "Redis: claims"
+	GroupSQLite   = "Embedded SQLite: dedupe"
+	GroupHTTP     = "HTTP: Idempotency-Key middleware (SQLite store)"
+	GroupConsumer = "Consumer path in process (Watermill peer)"
+)
+
+// Groups lists the groups in report order.
+var Groups = []string{GroupPostgres, GroupRedis, GroupSQLite, GroupHTTP, GroupConsumer}
+
+// Needs names the services a scenario needs.
+type Needs int
+
+const (
+	// NeedsPostgres: the scenario needs Env.PostgresURL.
+	NeedsPostgres Needs = 1 << iota
+	// NeedsRedis: the scenario needs Env.RedisURL.
+	NeedsRedis
+)
+
+// Scenario is one row of the report.
+type Scenario struct {
+	Group       string
+	Name        string
+	Role        Role
+	Concurrency int
+	DupPercent  int
+	// Messages is how many deliveries one run makes.
+	Messages int
+	// Note is printed in the row (for example "not durable").
+	Note  string
+	Needs Needs
+	// Prepare sets the scenario up and returns what one run does. It may
+	// register cleanups on env.
+	Prepare func(ctx context.Context, env *Env, s *Scenario) (Run, error)
+}
+
+// Run executes one timed run over stream. Work that must not be timed
+// (for example making the keys of a replay exist) goes in Before; checks
+// that the run was exactly-once go in After.
+type Run struct {
+	Before func(ctx context.Context, stream Stream) error
+	Exec   func(ctx context.Context, stream Stream) error
+	After  func(ctx context.Context, stream Stream) error
+}
+
+// ID is a stable identifier of the row.
+func (s *Scenario) ID() string {
+	return fmt.Sprintf("%s/%s/c%d/d%d", s.Group, s.Name, s.Concurrency, s.DupPercent)
+}
+
+// Env is what scenarios share: the servers, a scratch directory and the
+// cleanups to run at the end.
+type Env struct {
+	PostgresURL string
+	RedisURL    string
+	// Dir is a scratch directory for SQLite files.
+	Dir string
+	// Prefix is unique per invocation, so that runs never see each other's
+	// keys, schemas or files.
+	Prefix   string
+	cleanups []func()
+	shared   map[string]any
+}
+
+// Cleanup registers fn to run at Close, last registered first.
+func (e *Env) Cleanup(fn func()) { e.cleanups = append(e.cleanups, fn) }
+
+// Close runs the cleanups.
+func (e *Env) Close() {
+	for _, fn := range slices.Backward(e.cleanups) {
+		fn()
+	}
+	e.cleanups = nil
+}
+
+// sharedValue returns the value stored under name, creating it with make
+// the first time; scenarios of one group share a connection pool this way.
+func sharedValue[T any](e *Env, name string, make func() (T, error)) (T, error) {
+	if e.shared == nil {
+		e.shared = map[string]any{}
+	}
+	if v, ok := e.shared[name]; ok {
+		return v.(T), nil
+	}
+	v, err := make()
+	if err != nil {
+		return v, err
+	}
+	e.shared[name] = v
+	return v, nil
+}
+
+// Result is a scenario's measurements.
+type Result struct {
+	Scenario *Scenario
+	// Rates are messages per second, one per run.
+	Rates []float64
+	// Err is set when the scenario could not run; the report says so.
+	Err error
+}
+
+// Median, Min and Max summarise Rates (0 when there are none).
+func (r Result) Median() float64 {
+	if len(r.Rates) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), r.Rates...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Min is the slowest run.
+func (r Result) Min() float64 {
+	if len(r.Rates) == 0 {
+		return 0
+	}
+	return slices.Min(r.Rates)
+}
+
+// Max is the fastest run.
+func (r Result) Max() float64 {
+	if len(r.Rates) == 0 {
+		return 0
+	}
+	return slices.Max(r.Rates)
+}
+
+// Options configure [Measure].
+type Options struct {
+	// Runs is how many timed runs each scenario makes (default 5).
+	Runs int
+	// Progress receives progress bars (nil: none).
+	Progress io.Writer
+}
+
+// Measure runs every scenario opts.Runs times and returns one result per
+// scenario, in order. A scenario that fails gets its error in the result
+// and the others still run. A nil error means every scenario ran.
+func Measure(ctx context.Context, env *Env, scenarios []*Scenario, opts *Options) ([]Result, error) {
+	o := Options{Runs: 5}
+	if opts != nil {
+		if opts.Runs > 0 {
+			o.Runs = opts.Runs
+		}
+		o.Progress = opts.Progress
+	}
+	bar := newProgress(o.Progress, len(scenarios)*o.Runs)
+	results := make([]Result, len(scenarios))
+	var errs []error
+	for i, s := range scenarios {
+		results[i] = Result{Scenario: s}
+		rates, err := measureOne(ctx, env, s, i, o.Runs, func(run int) {
+			bar.step(fmt.Sprintf("%s · %s c=%d dup=%d%% run %d/%d", short(s.Group), s.Name, s.Concurrency, s.DupPercent, run+1, o.Runs))
+		})
+		results[i].Rates = rates
+		if err != nil {
+			results[i].Err = err
+			errs = append(errs, fmt.Errorf("%s: %w", s.ID(), err))
+		}
+	}
+	bar.done()
+	return results, errors.Join(errs...)
+}
+
+func short(group string) string {
+	for i, r := range group {
+		if r == ':' || r == ' ' {
+			return group[:i]
+		}
+	}
+	return group
+}
+
+func measureOne(ctx context.Context, env *Env, s *Scenario, index, runs int, progress func(run int)) ([]float64, error) {
+	if s.Needs&NeedsPostgres != 0 && env.PostgresURL == "" {
+		return nil, errors.New("no PostgreSQL URL (set IDEM_POSTGRES_URL or --postgres)")
+	}
+	if s.Needs&NeedsRedis != 0 && env.RedisURL == "" {
+		return nil, errors.New("no Redis URL (set IDEM_REDIS_URL or --redis)")
+	}
+	run, err := s.Prepare(ctx, env, s)
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	rates := make([]float64, 0, runs)
+	for r := range runs {
+		progress(r)
+		stream := NewStream(fmt.Sprintf("%s-s%d-r%d", env.Prefix, index, r), s.Messages, s.DupPercent, uint64(index*1000+r))
+		if run.Before != nil {
+			if err := run.Before(ctx, stream); err != nil {
+				return rates, fmt.Errorf("run %d: before: %w", r+1, err)
+			}
+		}
+		start := time.Now()
+		if err := run.Exec(ctx, stream); err != nil {
+			return rates, fmt.Errorf("run %d: %w", r+1, err)
+		}
+		elapsed := time.Since(start)
+		if run.After != nil {
+			if err := run.After(ctx, stream); err != nil {
+				return rates, fmt.Errorf("run %d: check: %w", r+1, err)
+			}
+		}
+		rates = append(rates, float64(len(stream.Keys))/elapsed.Seconds())
+	}
+	return rates, nil
+}
+
+// NewEnv returns an Env with a fresh scratch directory and prefix.
+func NewEnv(postgresURL, redisURL string) (*Env, error) {
+	dir, err := os.MkdirTemp("", "idembench-")
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{PostgresURL: postgresURL, RedisURL: redisURL, Dir: dir, Prefix: "b" + randomSuffix()}
+	e.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return e, nil
+}
