@@ -374,6 +374,7 @@ func TestProxyCrashRestart(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/orders", strings.NewReader(`{}`))
 		req.Header.Set("Idempotency-Key", "block")
 		req.Header.Set("Authorization", "Bearer A")
+		req.Header.Set("Content-Type", "application/json")
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 		}
