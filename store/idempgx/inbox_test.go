@@ -2,11 +2,15 @@ package idempgx_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"strconv"
 	"testing"
 
 	"github.com/idem-go/idem/inbox/inboxtest"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // newInboxEnv is an inbox in a fresh schema with an effects table that is
@@ -45,5 +49,59 @@ func TestInbox(t *testing.T) {
 	inboxtest.Run(t, func(t *testing.T) inboxtest.Env[pgx.Tx] {
 		env, _ := newInboxEnv(t)
 		return env
+	})
+}
+
+// envInboxSchema tells a re-executed test binary to serve as an acceptance
+// worker over that schema.
+const envInboxSchema = "IDEMPGX_INBOX_WORKER_SCHEMA"
+
+// TestInboxWorkerProcess is the body of the acceptance test's worker
+// processes; it does nothing in a normal run.
+func TestInboxWorkerProcess(t *testing.T) {
+	schema := os.Getenv(envInboxSchema)
+	if schema == "" {
+		t.Skip("worker process of TestInboxAcceptance")
+	}
+	cfg, err := pgxpool.ParseConfig(databaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = int32(envInt(inboxtest.EnvWorkers, 8)) + 4
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s, err := idempgx.New(p, &idempgx.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	effects := qualified(s, "inbox_effects")
+	err = inboxtest.ServeWorker(inboxtest.Env[pgx.Tx]{Backend: s.Inbox(), Effect: func(ctx context.Context, tx pgx.Tx, key string) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+effects+" (key) VALUES ($1)", key)
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// TestInboxAcceptance: several worker processes, random handler failures
+// and SIGKILLs; every message processed exactly once or dead.
+func TestInboxAcceptance(t *testing.T) {
+	t.Parallel()
+	env, s := newInboxEnv(t)
+	inboxtest.RunAcceptance(t, env, func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestInboxWorkerProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envInboxSchema+"="+s.Config().Schema)
+		return cmd
 	})
 }

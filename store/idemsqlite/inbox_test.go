@@ -3,6 +3,8 @@ package idemsqlite
 import (
 	"context"
 	"database/sql"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/idem-go/idem/inbox/inboxtest"
@@ -47,5 +49,40 @@ func TestInbox(t *testing.T) {
 	t.Parallel()
 	inboxtest.Run(t, func(t *testing.T) inboxtest.Env[*sql.Tx] {
 		return inboxEnv(t, newTestStore(t, nil))
+	})
+}
+
+// envInboxDB tells a re-executed test binary to serve as an acceptance
+// worker over that database file.
+const envInboxDB = "IDEMSQLITE_INBOX_WORKER_DB"
+
+// TestInboxWorkerProcess is the body of the acceptance test's worker
+// processes; it does nothing in a normal run.
+func TestInboxWorkerProcess(t *testing.T) {
+	path := os.Getenv(envInboxDB)
+	if path == "" {
+		t.Skip("worker process of TestInboxAcceptance")
+	}
+	s, err := Open(context.Background(), path, &Config{Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := inboxtest.ServeWorker(inboxEnv(t, s)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInboxAcceptance: several worker processes on one SQLite file, random
+// handler failures and SIGKILLs; every message processed exactly once or
+// dead.
+func TestInboxAcceptance(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, nil)
+	env := inboxEnv(t, s)
+	inboxtest.RunAcceptance(t, env, func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestInboxWorkerProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envInboxDB+"="+s.Path())
+		return cmd
 	})
 }
