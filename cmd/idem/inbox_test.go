@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/retry"
+	"github.com/idem-go/idem/store/idemsqlite"
+)
+
+// TestInboxCommands drives stats, dead, show, redrive and discard over a
+// real SQLite inbox with one processed and three dead messages.
+func TestInboxCommands(t *testing.T) {
+	t.Parallel()
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
+	s, err := idemsqlite.Open(t.Context(), dsn, &idemsqlite.Config{AutoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ib := s.Inbox()
+	for i, typ := range []string{"ok", "bad", "bad", "bad"} {
+		m := inbox.Message{Source: "orders", ID: "m-" + string(rune('a'+i)), Type: typ, Payload: []byte("{}")}
+		if _, err := ib.Receive(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := inbox.NewWorker(ib, &inbox.Config{Workers: 1, PurgeInterval: -1,
+		Retry: &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Handle("ok", func(context.Context, *sql.Tx, inbox.Message) error { return nil })
+	_ = w.Handle("bad", func(context.Context, *sql.Tx, inbox.Message) error { return errors.New("card\ndeclined") })
+	for {
+		n, err := w.RunOnce(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := ib.Stats(t.Context())
+		if n == 0 && st[0].Count == 0 && st[1].Count == 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	env := map[string]string{"IDEM_STORE": dsn}
+
+	r := runCLI(t, env, "inbox", "stats")
+	wantExit(t, r, exitOK)
+	for _, want := range []string{"STATE", "pending    0", "processed  1", "dead       3"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Fatalf("stats lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	r = runCLI(t, env, "inbox", "dead")
+	wantExit(t, r, exitOK)
+	if strings.Count(r.Stdout, "failed 2 times (max attempts 2)") != 3 || !strings.Contains(r.Stdout, "card declined") {
+		t.Fatalf("dead:\n%s", r.Stdout)
+	}
+	r = runCLI(t, env, "inbox", "show", "2")
+	wantExit(t, r, exitOK)
+	for _, want := range []string{`"m-b"`, "dead", "attempts (2):", "card declined"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Fatalf("show lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	wantExit(t, runCLI(t, env, "inbox", "show", "99"), exitFailure, "inbox row 99 not found")
+	wantExit(t, runCLI(t, env, "inbox", "show", "x"), exitUsage, "invalid inbox row id")
+	wantExit(t, runCLI(t, env, "inbox", "redrive"), exitUsage, "--all")
+	wantExit(t, runCLI(t, env, "inbox", "redrive", "2", "--all"), exitUsage, "--all")
+	wantExit(t, runCLI(t, env, "inbox", "dead", "--limit", "0"), exitUsage, "--limit")
+
+	r = runCLI(t, env, "inbox", "redrive", "2")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "redrove 1") {
+		t.Fatalf("redrive: %s", r.Stdout)
+	}
+	if row, _, _ := ib.Get(t.Context(), 2); row.State != inbox.StatePending || row.Attempts != 0 {
+		t.Fatalf("redriven row %+v", row)
+	}
+	wantExit(t, runCLI(t, env, "inbox", "discard", "--all"), exitUsage, "--yes")
+	r = runCLI(t, env, "inbox", "discard", "--all", "--yes")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "discarded 2") {
+		t.Fatalf("discard: %s", r.Stdout)
+	}
+	r = runCLI(t, env, "inbox", "redrive", "--all")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "redrove 0") {
+		t.Fatalf("redrive all after discard: %s", r.Stdout)
+	}
+}
