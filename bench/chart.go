@@ -36,7 +36,7 @@ func WriteChart(w io.Writer, title string, results []Result) error {
 	h := chartMargin*2 + rowHeight*(len(results)+2)
 	img := image.NewRGBA(image.Rect(0, 0, chartWidth, h))
 	draw.Draw(img, img.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
-	text(img, chartMargin, chartMargin+13, title+" (msgs/s, median, whisker = min–max)", color.Black)
+	text(img, chartMargin, chartMargin+13, title+" (msgs/s, median, whisker = min-max)", color.Black)
 	top := 0.0
 	for _, r := range results {
 		top = max(top, r.Max())
@@ -72,7 +72,11 @@ func WriteChart(w io.Writer, title string, results []Result) error {
 	return png.Encode(w, img)
 }
 
+// asciiOnly maps the report's typography onto what basicfont can draw.
+var asciiOnly = strings.NewReplacer("…", "...", "×", "x", "–", "-")
+
 func text(img draw.Image, x, y int, s string, c color.Color) {
+	s = asciiOnly.Replace(s)
 	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
 	d.DrawString(s)
 }

@@ -12,10 +12,10 @@ import (
 // progress draws one bar on a terminal line: how many runs are done out of
 // all, and what runs now.
 type progress struct {
-	w     io.Writer
-	total int
+	w        io.Writer
+	total    int
 	finished int
-	start time.Time
+	start    time.Time
 }
 
 func newProgress(w io.Writer, total int) *progress {

@@ -107,6 +107,9 @@ type Env struct {
 	Prefix   string
 	cleanups []func()
 	shared   map[string]any
+	// streams numbers the streams, so that no two runs share a key even
+	// across calls to Measure.
+	streams int
 }
 
 // Cleanup registers fn to run at Close, last registered first.
@@ -199,7 +202,7 @@ func Measure(ctx context.Context, env *Env, scenarios []*Scenario, opts *Options
 	var errs []error
 	for i, s := range scenarios {
 		results[i] = Result{Scenario: s}
-		rates, err := measureOne(ctx, env, s, i, o.Runs, func(run int) {
+		rates, err := measureOne(ctx, env, s, o.Runs, func(run int) {
 			bar.step(fmt.Sprintf("%s · %s c=%d dup=%d%% run %d/%d", short(s.Group), s.Name, s.Concurrency, s.DupPercent, run+1, o.Runs))
 		})
 		results[i].Rates = rates
@@ -221,7 +224,7 @@ func short(group string) string {
 	return group
 }
 
-func measureOne(ctx context.Context, env *Env, s *Scenario, index, runs int, progress func(run int)) ([]float64, error) {
+func measureOne(ctx context.Context, env *Env, s *Scenario, runs int, progress func(run int)) ([]float64, error) {
 	if s.Needs&NeedsPostgres != 0 && env.PostgresURL == "" {
 		return nil, errors.New("no PostgreSQL URL (set IDEM_POSTGRES_URL or --postgres)")
 	}
@@ -235,7 +238,8 @@ func measureOne(ctx context.Context, env *Env, s *Scenario, index, runs int, pro
 	rates := make([]float64, 0, runs)
 	for r := range runs {
 		progress(r)
-		stream := NewStream(fmt.Sprintf("%s-s%d-r%d", env.Prefix, index, r), s.Messages, s.DupPercent, uint64(index*1000+r))
+		env.streams++
+		stream := NewStream(fmt.Sprintf("%s-%d", env.Prefix, env.streams), s.Messages, s.DupPercent, uint64(env.streams))
 		if run.Before != nil {
 			if err := run.Before(ctx, stream); err != nil {
 				return rates, fmt.Errorf("run %d: before: %w", r+1, err)
