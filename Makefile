@@ -44,3 +44,17 @@ bench-quick:
 ## demo: the README's main job.
 demo:
 	$(GO) run ./cmd/idem demo
+
+## bench-report: the side-by-side comparison (idem vs textbook, River,
+## Watermill and the raw ceilings) in one run against the same servers;
+## writes BENCHMARKS.md and docs/bench/*.png. Needs IDEM_POSTGRES_URL and
+## IDEM_REDIS_URL. About ten minutes on two cores.
+.PHONY: bench-report bench-report-quick
+bench-report:
+	cd bench && $(GO) run ./cmd/idembench --out ../BENCHMARKS.md --charts ../docs/bench $(BENCH_REPORT_FLAGS)
+
+## bench-report-quick: every scenario of the report once at a small size
+## (CI: checks that each runs and the report is well formed; no timings
+## judged). Writes to a temporary directory, not to BENCHMARKS.md.
+bench-report-quick:
+	@d=$$(mktemp -d) && cd bench && $(GO) run ./cmd/idembench --quick --out $$d/BENCHMARKS.md --charts $$d/charts && rm -rf $$d
