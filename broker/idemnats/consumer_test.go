@@ -330,9 +330,17 @@ func TestStartupChecks(t *testing.T) {
 		// AckWait 1m × MaxDeliver 10 = 10m > retention 5m.
 		{"ack wait × max deliver", func(c *idemnats.Config) { c.Consumer = "long"; c.Retention = 5 * time.Minute }, []string{"5m0s", "10m0s", "AckWait 1m0s × MaxDeliver 10"}},
 		// Stream duplicate window 2m > retention 90s (consumer horizon 2s).
-		{"duplicate window", func(c *idemnats.Config) { c.Consumer = "few"; c.Retry = &retry.Policy{MaxAttempts: 2, Cap: time.Second}; c.Retention = 90 * time.Second }, []string{"1m30s", "2m0s", "duplicate window"}},
+		{"duplicate window", func(c *idemnats.Config) {
+			c.Consumer = "few"
+			c.Retry = &retry.Policy{MaxAttempts: 2, Cap: time.Second}
+			c.Retention = 90 * time.Second
+		}, []string{"1m30s", "2m0s", "duplicate window"}},
 		// max_attempts × max_backoff = 3 × 1h.
-		{"backoff", func(c *idemnats.Config) { c.Consumer = "long"; c.Retry = &retry.Policy{MaxAttempts: 3, Cap: time.Hour}; c.Retention = 2 * time.Hour }, []string{"2h0m0s", "3h0m0s"}},
+		{"backoff", func(c *idemnats.Config) {
+			c.Consumer = "long"
+			c.Retry = &retry.Policy{MaxAttempts: 3, Cap: time.Hour}
+			c.Retention = 2 * time.Hour
+		}, []string{"2h0m0s", "3h0m0s"}},
 		{"max deliver below attempts", func(c *idemnats.Config) { c.Consumer = "few" }, []string{"MaxDeliver 2", "max_attempts 3"}},
 		{"ack none", func(c *idemnats.Config) { c.Consumer = "none" }, []string{"explicit acks"}},
 		{"dlq not captured", func(c *idemnats.Config) { c.Consumer = "long"; c.DeadLetterSubject = "nowhere." + suffix() }, []string{"dead-letter subject"}},
