@@ -3,110 +3,153 @@ package idemredis
 // The scripts below are constants: every scope, key, fingerprint, token and
 // duration reaches them through KEYS and ARGV, never through the source.
 //
-// KEYS[1] is the record (a hash), KEYS[2] the token floor (a string written
-// only when a record is removed on purpose, see doc.go). Both carry the same
-// hash tag, so they live in one cluster slot.
+// KEYS[1] is the record: one Redis string in the layout below, so the hot
+// claim is TIME + GET + SET PXAT and a script touches a single key (one
+// cluster slot by construction). Offsets are 1-based, as in Lua:
 //
-// Times are milliseconds since the epoch from the server's TIME; tokens are
+//	1        format version '1'
+//	2        state: p in progress, c completed, x removed (a token stub)
+//	3        failed (0|1)
+//	4        tombstone (0|1)
+//	5..24    fencing token, 20 decimal digits
+//	25..40   created, ms since the epoch, 16 digits
+//	41..56   lease expiry, ms
+//	57..72   completed, ms (0 while in progress)
+//	73..88   record expiry, ms (the key's PXAT)
+//	89..120  fingerprint, 32 raw bytes
+//	121..124 len(scope), 4 digits
+//	125..127 len(key), 3 digits
+//	128..    scope, key, then the result of a completed record
+//
+// Bytes 89.. up to the end of the key are the "identity", which Go builds
+// once per call (see Store.identity) and the scripts copy without looking
+// inside. A removed record (Release, Delete) is the 24-byte stub
+// '1x00' + token, kept for tokenFloorTTL so the next claim's token is
+// greater; Get and Claim treat it as absent.
+//
+// Times are milliseconds since the epoch from the server's TIME; numbers are
 // formatted with %.0f because Redis would otherwise turn a Lua number into a
 // string with 14 significant digits and lose the low digits of a token.
 //
-// Hash fields: s scope, k key, st state (p|c), fp fingerprint (32 raw bytes),
-// tok token, r result, f failed (0|1), ts tombstone (0|1), ca created,
-// le lease expiry, co completed, ex record expiry.
+// A value that is not a string, or a string that does not start with the
+// format byte, is a record of another format: the scripts never overwrite
+// it (a WRONGTYPE error, or the reply 0/-1 below) and Go reports
+// ErrRecordFormat.
 
-// claimScript: ARGV[1] scope, ARGV[2] key, ARGV[3] fingerprint,
-// ARGV[4] lease ms, ARGV[5] abandoned retention ms.
+// recordHeaderLen is the length of a record up to the scope (offsets
+// 1..127 above); stubLen the length of a removed-record stub.
+const (
+	recordHeaderLen = 127
+	stubLen         = 24
+	formatVersion   = '1'
+)
+
+// claimScript: ARGV[1] identity, ARGV[2] lease ms, ARGV[3] abandoned
+// retention ms.
 //
 // It returns {1, token, lease expiry ms, takeover} when the lease was
-// acquired, or {outcome, fields in recordFields order} otherwise, where
-// outcome is idem.InProgress (2), idem.Completed (3) or idem.Mismatch (4).
+// acquired, {outcome, record} otherwise, where outcome is idem.InProgress
+// (2), idem.Completed (3) or idem.Mismatch (4), or {0} when the key holds a
+// record of another format.
 const claimScript = `
-local function record(code)
-  local v = redis.call('HMGET', KEYS[1], 's', 'k', 'st', 'fp', 'tok', 'r', 'f', 'ts', 'ca', 'le', 'co', 'ex')
-  table.insert(v, 1, code)
-  return v
-end
 local t = redis.call('TIME')
 local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(nowus / 1000)
 local tok = nowus
 local takeover = 0
-local cur = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'le')
-if cur[1] then
-  if cur[2] ~= ARGV[3] then return record(4) end
-  if cur[1] == 'c' then return record(3) end
-  if tonumber(cur[4]) > now then return record(2) end
-  takeover = 1
-  local n = tonumber(cur[3]) + 1
-  if n > tok then tok = n end
-else
-  local floor = redis.call('GET', KEYS[2])
-  if floor then
-    local n = tonumber(floor) + 1
-    if n > tok then tok = n end
+local ca
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if #cur < 24 or string.byte(cur, 1) ~= 49 then return {0} end
+  local n = tonumber(string.sub(cur, 5, 24))
+  if not n then return {0} end
+  if n >= tok then tok = n + 1 end
+  local st = string.sub(cur, 2, 2)
+  if st ~= 'x' then
+    if #cur < 127 or (st ~= 'p' and st ~= 'c') then return {0} end
+    if string.sub(cur, 89, 120) ~= string.sub(ARGV[1], 1, 32) then return {4, cur} end
+    if st == 'c' then return {3, cur} end
+    local lease = tonumber(string.sub(cur, 41, 56))
+    if not lease then return {0} end
+    if lease > now then return {2, cur} end
+    takeover = 1
+    ca = string.sub(cur, 25, 40)
   end
 end
-local stok = string.format('%.0f', tok)
-local le = string.format('%.0f', now + tonumber(ARGV[4]))
-local ex = string.format('%.0f', now + tonumber(ARGV[4]) + tonumber(ARGV[5]))
-if takeover == 1 then
-  redis.call('HSET', KEYS[1], 'tok', stok, 'le', le, 'ex', ex)
-else
-  -- r, f and ts are written by Complete; absent means empty and false.
-  redis.call('HSET', KEYS[1], 's', ARGV[1], 'k', ARGV[2], 'st', 'p', 'fp', ARGV[3], 'tok', stok,
-    'ca', string.format('%.0f', now), 'le', le, 'ex', ex)
-end
-redis.call('PEXPIREAT', KEYS[1], ex)
-return {1, stok, le, takeover}
+local le = now + tonumber(ARGV[2])
+local ex = le + tonumber(ARGV[3])
+redis.call('SET', KEYS[1], string.format('1p00%020.0f', tok) .. (ca or string.format('%016.0f', now)) ..
+  string.format('%016.0f0000000000000000%016.0f', le, ex) .. ARGV[1], 'PXAT', string.format('%.0f', ex))
+return {1, tok, le, takeover}
 `
 
-// completeScript: ARGV[1] token, ARGV[2] result, ARGV[3] failed (0|1),
-// ARGV[4] tombstone (0|1), ARGV[5] retention ms. Returns 1, or 0 when the
-// token is not the current token of a record in progress.
+// completeScript: ARGV[1] token (20 digits), ARGV[2] result, ARGV[3] failed
+// and tombstone flags (two bytes of 0|1), ARGV[4] retention ms. Returns 1,
+// 0 when the token is not the current token of a record in progress, or -1
+// when the key holds a record of another format.
 const completeScript = `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[1] ~= 'p' or cur[2] ~= ARGV[1] then return 0 end
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+if #cur < 24 or string.byte(cur, 1) ~= 49 then return -1 end
+if string.sub(cur, 2, 2) ~= 'p' or string.sub(cur, 5, 24) ~= ARGV[1] then return 0 end
+if #cur < 127 then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ex = string.format('%.0f', now + tonumber(ARGV[5]))
-redis.call('HSET', KEYS[1], 'st', 'c', 'r', ARGV[2], 'f', ARGV[3], 'ts', ARGV[4],
-  'co', string.format('%.0f', now), 'ex', ex)
-redis.call('PEXPIREAT', KEYS[1], ex)
+local ex = now + tonumber(ARGV[4])
+redis.call('SET', KEYS[1], '1c' .. ARGV[3] .. string.sub(cur, 5, 56) ..
+  string.format('%016.0f%016.0f', now, ex) .. string.sub(cur, 89) .. ARGV[2], 'PXAT', string.format('%.0f', ex))
 return 1
 `
 
-// extendScript: ARGV[1] token, ARGV[2] lease ms, ARGV[3] abandoned retention
-// ms. Returns the new lease expiry in ms, or 0 when the token is not current.
+// extendScript: ARGV[1] token (20 digits), ARGV[2] lease ms, ARGV[3]
+// abandoned retention ms. Returns the new lease expiry in ms, 0 when the
+// token is not current, or -1 for a record of another format.
 const extendScript = `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[1] ~= 'p' or cur[2] ~= ARGV[1] then return 0 end
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+if #cur < 24 or string.byte(cur, 1) ~= 49 then return -1 end
+if string.sub(cur, 2, 2) ~= 'p' or string.sub(cur, 5, 24) ~= ARGV[1] then return 0 end
+if #cur < 127 then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local le = now + tonumber(ARGV[2])
-local ex = string.format('%.0f', le + tonumber(ARGV[3]))
-redis.call('HSET', KEYS[1], 'le', string.format('%.0f', le), 'ex', ex)
-redis.call('PEXPIREAT', KEYS[1], ex)
+local ex = le + tonumber(ARGV[3])
+redis.call('SET', KEYS[1], string.sub(cur, 1, 40) .. string.format('%016.0f', le) .. string.sub(cur, 57, 72) ..
+  string.format('%016.0f', ex) .. string.sub(cur, 89), 'PXAT', string.format('%.0f', ex))
 return le
 `
 
-// releaseScript: ARGV[1] token, ARGV[2] token floor TTL ms. Removes the
-// record and remembers its token in the floor key. Returns 1, or 0 when the
-// token is not the current token of a record in progress.
+// releaseScript: ARGV[1] token (20 digits), ARGV[2] stub TTL ms. Replaces
+// the record by the stub of its token. Returns 1, 0 when the token is not
+// the current token of a record in progress, or -1 for a record of another
+// format.
+//
+// DEL comes first: under maxmemory Redis refuses a script's first write if
+// it may grow memory (SET) but not once the script has written, so Release
+// still works on a full server, as it only frees memory.
 const releaseScript = `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[1] ~= 'p' or cur[2] ~= ARGV[1] then return 0 end
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+if #cur < 24 or string.byte(cur, 1) ~= 49 then return -1 end
+if string.sub(cur, 2, 2) ~= 'p' or string.sub(cur, 5, 24) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[2], cur[2], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], '1x00' .. ARGV[1], 'PX', ARGV[2])
 return 1
 `
 
-// deleteScript: ARGV[1] token floor TTL ms. Removes the record whatever its
-// state and remembers its token. Returns 1, or 0 when there is no record.
+// deleteScript: ARGV[1] stub TTL ms. Replaces the record, whatever its
+// state, by the stub of its token. Returns 1, 0 when there is no record (or
+// only a stub), or 2 when the key held a value of another format, which is
+// deleted without a stub: Delete is the operator's way out of a bad record.
 const deleteScript = `
-local tok = redis.call('HGET', KEYS[1], 'tok')
-if not tok then return 0 end
+local cur = redis.pcall('GET', KEYS[1])
+if not cur then return 0 end
+if type(cur) ~= 'string' or #cur < 24 or string.byte(cur, 1) ~= 49 then
+  redis.call('DEL', KEYS[1])
+  return 2
+end
+if string.sub(cur, 2, 2) == 'x' then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[2], tok, 'PX', ARGV[1])
+redis.call('SET', KEYS[1], '1x00' .. string.sub(cur, 5, 24), 'PX', ARGV[1])
 return 1
 `

@@ -2,12 +2,15 @@ package idemredis
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -20,6 +23,13 @@ import (
 // [idem.Retryable]: nothing was recorded, so a later retry may succeed.
 var ErrOutOfMemory = errors.New("idemredis: redis is out of memory (maxmemory reached); refusing to proceed")
 
+// ErrRecordFormat reports a key that holds something this version of the
+// store did not write: a value of another Redis type (such as the hash
+// records of earlier development versions), another format version, or a
+// corrupt record. The store never reads or overwrites it; [Store.Delete]
+// removes it.
+var ErrRecordFormat = errors.New("idemredis: record in an unknown or corrupt format (not written by this version of idemredis)")
+
 // ErrEvictionPolicy reports, in strict mode, a server whose
 // maxmemory-policy may evict keys (or whose policy could not be read).
 var ErrEvictionPolicy = errors.New("idemredis: maxmemory-policy is not noeviction; an evicted record lets a duplicate through")
@@ -28,7 +38,7 @@ var ErrEvictionPolicy = errors.New("idemredis: maxmemory-policy is not noevictio
 const DefaultPrefix = "idem:"
 
 // tokenFloorTTL is how long the token of a released or deleted record is
-// remembered. Tokens are microsecond timestamps of the Redis clock (see
+// remembered (as a stub in the record's key, see scripts.go). Tokens are microsecond timestamps of the Redis clock (see
 // doc.go), so the floor only matters if that clock steps backwards; an hour
 // covers any step NTP takes.
 const tokenFloorTTL = time.Hour
@@ -65,9 +75,17 @@ type Store struct {
 	abandonMS string
 	floorMS   string
 	logger    *slog.Logger
+	// lease caches the formatted lease of the latest claim: callers almost
+	// always pass the same lease, so the hot path formats nothing.
+	lease atomic.Pointer[leaseText]
 }
 
 var _ idem.Store = (*Store)(nil)
+
+type leaseText struct {
+	d time.Duration
+	s string
+}
 
 var (
 	claimLua    = rueidis.NewLuaScript(claimScript)
@@ -145,33 +163,76 @@ func (s *Store) checkEvictionPolicy(ctx context.Context, strict bool) error {
 	return nil
 }
 
-// keys returns the record key and the token-floor key of (scope, key). The
-// hash of the length-prefixed pair is the hash tag, so the two keys share a
-// cluster slot, records spread over all slots, and no choice of delimiters
-// in scope or key can make two pairs collide.
-func (s *Store) keys(scope, key string) []string {
-	sum := idem.FingerprintParts([]byte(scope), []byte(key))
-	var b strings.Builder
-	b.Grow(len(s.prefix) + 2 + 2*len(sum) + 2)
-	b.WriteString(s.prefix)
-	b.WriteByte('{')
-	b.WriteString(hex.EncodeToString(sum[:]))
-	b.WriteByte('}')
-	rec := b.String()
-	return []string{rec, rec + ":f"}
+// recordKey returns the key of (scope, key): prefix + "{" + hex digest +
+// "}". The digest of the length-prefixed pair (the same bytes as
+// [idem.FingerprintParts]) is the hash tag, so records spread over all
+// cluster slots and no choice of delimiters in scope or key can make two
+// pairs collide. It is computed in one stack buffer, since every call of
+// every method needs it.
+func (s *Store) recordKey(scope, key string) string {
+	var buf [16 + idem.MaxScopeLen + idem.MaxKeyLen]byte
+	b := binary.BigEndian.AppendUint64(buf[:0], uint64(len(scope)))
+	b = append(b, scope...)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(key)))
+	b = append(b, key...)
+	sum := sha256.Sum256(b)
+	out := make([]byte, 0, len(s.prefix)+2+2*len(sum))
+	out = append(out, s.prefix...)
+	out = append(out, '{')
+	out = hex.AppendEncode(out, sum[:])
+	out = append(out, '}')
+	return string(out)
 }
 
 // RecordKey returns the Redis key that holds the record of (scope, key),
 // for operators who want to inspect it with redis-cli.
-func (s *Store) RecordKey(scope, key string) string { return s.keys(scope, key)[0] }
+func (s *Store) RecordKey(scope, key string) string { return s.recordKey(scope, key) }
+
+// identity returns bytes 89.. of a new record (see scripts.go): fingerprint,
+// the two lengths, scope and key.
+func identity(fp idem.Fingerprint, scope, key string) string {
+	b := make([]byte, 0, len(fp)+7+len(scope)+len(key))
+	b = append(b, fp[:]...)
+	b = appendDigits(b, int64(len(scope)), 4)
+	b = appendDigits(b, int64(len(key)), 3)
+	b = append(b, scope...)
+	b = append(b, key...)
+	return string(b)
+}
+
+// appendDigits appends n (non-negative) in exactly width decimal digits.
+func appendDigits(b []byte, n int64, width int) []byte {
+	start := len(b)
+	for range width {
+		b = append(b, '0')
+	}
+	for i := len(b) - 1; i >= start && n > 0; i-- {
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return b
+}
+
+// tokenText formats a token as the record stores it.
+func tokenText(token int64) string { return string(appendDigits(make([]byte, 0, 20), token, 20)) }
+
+// leaseMS formats lease in ms, from the cache when it is the usual lease.
+func (s *Store) leaseMS(lease time.Duration) string {
+	if c := s.lease.Load(); c != nil && c.d == lease {
+		return c.s
+	}
+	c := &leaseText{d: lease, s: millis(lease)}
+	s.lease.Store(c)
+	return c.s
+}
 
 // Claim implements [idem.Store].
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := idem.ValidateClaim(req); err != nil {
 		return idem.Claim{}, err
 	}
-	vals, err := claimLua.Exec(ctx, s.client, s.keys(req.Scope, req.Key),
-		[]string{req.Scope, req.Key, string(req.Fingerprint[:]), millis(req.Lease), s.abandonMS}).ToArray()
+	vals, err := claimLua.Exec(ctx, s.client, []string{s.recordKey(req.Scope, req.Key)},
+		[]string{identity(req.Fingerprint, req.Scope, req.Key), s.leaseMS(req.Lease), s.abandonMS}).ToArray()
 	if err != nil {
 		return idem.Claim{}, s.wrap("claim", err)
 	}
@@ -182,8 +243,8 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	if err != nil {
 		return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
 	}
-	outcome := idem.Outcome(code)
-	if outcome == idem.Acquired {
+	switch outcome := idem.Outcome(code); outcome {
+	case idem.Acquired:
 		if len(vals) != 4 {
 			return idem.Claim{}, fmt.Errorf("idemredis: claim: reply has %d elements", len(vals))
 		}
@@ -194,17 +255,48 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
 		}
 		return idem.Claim{Outcome: idem.Acquired, Token: tok, Takeover: takeover == 1, LeaseExpiresAt: time.UnixMilli(le)}, nil
-	}
-	switch outcome {
 	case idem.InProgress, idem.Completed, idem.Mismatch:
+		if len(vals) != 2 {
+			return idem.Claim{}, fmt.Errorf("idemredis: claim: reply has %d elements", len(vals))
+		}
+		raw, err := vals[1].ToString()
+		if err != nil {
+			return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
+		}
+		rec, err := parseRecord(raw)
+		if err != nil {
+			return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
+		}
+		return idem.Claim{Outcome: outcome, Record: &rec}, nil
+	case 0:
+		return idem.Claim{}, fmt.Errorf("idemredis: claim: key %s: %w", s.recordKey(req.Scope, req.Key), ErrRecordFormat)
 	default:
 		return idem.Claim{}, fmt.Errorf("idemredis: claim: unknown outcome %d", code)
 	}
-	rec, err := s.parseRecord(vals[1:])
-	if err != nil {
-		return idem.Claim{}, err
+}
+
+// tokenOp runs a script that answers 1 (done), 0 (token not current) or
+// -1 (record of another format).
+func (s *Store) tokenOp(ctx context.Context, op string, script *rueidis.Lua, scope, key string, token int64, args ...string) error {
+	if token <= 0 {
+		return fmt.Errorf("idemredis: %s: token %d: %w", op, token, idem.ErrLeaseLost)
 	}
-	return idem.Claim{Outcome: outcome, Record: &rec}, nil
+	n, err := script.Exec(ctx, s.client, []string{s.recordKey(scope, key)}, append([]string{tokenText(token)}, args...)).AsInt64()
+	return s.tokenReply(op, scope, key, token, n, err)
+}
+
+// tokenReply turns a script's 1/0/-1 answer (or n > 1 for Extend's lease
+// expiry) into an error.
+func (s *Store) tokenReply(op, scope, key string, token, n int64, err error) error {
+	switch {
+	case err != nil:
+		return s.wrap(op, err)
+	case n == 0:
+		return fmt.Errorf("idemredis: %s: token %d: %w", op, token, idem.ErrLeaseLost)
+	case n < 0:
+		return fmt.Errorf("idemredis: %s: key %s: %w", op, s.recordKey(scope, key), ErrRecordFormat)
+	}
+	return nil
 }
 
 // Complete implements [idem.Store].
@@ -212,22 +304,14 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if err := idem.ValidateComplete(req); err != nil {
 		return err
 	}
-	if req.Token <= 0 {
-		return fmt.Errorf("idemredis: complete: token %d: %w", req.Token, idem.ErrLeaseLost)
-	}
-	result, tombstone := string(req.Result), "0"
+	result, flags := string(req.Result), "00"
 	if len(req.Result) > s.maxResult {
-		result, tombstone = "", "1"
+		result, flags = "", "01"
 	}
-	ok, err := completeLua.Exec(ctx, s.client, s.keys(req.Scope, req.Key),
-		[]string{strconv.FormatInt(req.Token, 10), result, flag(req.Failed), tombstone, millis(req.Retention)}).AsInt64()
-	if err != nil {
-		return s.wrap("complete", err)
+	if req.Failed {
+		flags = "1" + flags[1:]
 	}
-	if ok != 1 {
-		return fmt.Errorf("idemredis: complete: token %d: %w", req.Token, idem.ErrLeaseLost)
-	}
-	return nil
+	return s.tokenOp(ctx, "complete", completeLua, req.Scope, req.Key, req.Token, result, flags, millis(req.Retention))
 }
 
 // Release implements [idem.Store].
@@ -235,18 +319,7 @@ func (s *Store) Release(ctx context.Context, scope, key string, token int64) err
 	if err := idem.Validate(scope, key); err != nil {
 		return err
 	}
-	if token <= 0 {
-		return fmt.Errorf("idemredis: release: token %d: %w", token, idem.ErrLeaseLost)
-	}
-	ok, err := releaseLua.Exec(ctx, s.client, s.keys(scope, key),
-		[]string{strconv.FormatInt(token, 10), s.floorMS}).AsInt64()
-	if err != nil {
-		return s.wrap("release", err)
-	}
-	if ok != 1 {
-		return fmt.Errorf("idemredis: release: token %d: %w", token, idem.ErrLeaseLost)
-	}
-	return nil
+	return s.tokenOp(ctx, "release", releaseLua, scope, key, token, s.floorMS)
 }
 
 // Extend implements [idem.Store].
@@ -260,19 +333,13 @@ func (s *Store) Extend(ctx context.Context, scope, key string, token int64, leas
 	if token <= 0 {
 		return time.Time{}, fmt.Errorf("idemredis: extend: token %d: %w", token, idem.ErrLeaseLost)
 	}
-	le, err := extendLua.Exec(ctx, s.client, s.keys(scope, key),
-		[]string{strconv.FormatInt(token, 10), millis(lease), s.abandonMS}).AsInt64()
-	if err != nil {
-		return time.Time{}, s.wrap("extend", err)
-	}
-	if le == 0 {
-		return time.Time{}, fmt.Errorf("idemredis: extend: token %d: %w", token, idem.ErrLeaseLost)
+	le, err := extendLua.Exec(ctx, s.client, []string{s.recordKey(scope, key)},
+		[]string{tokenText(token), millis(lease), s.abandonMS}).AsInt64()
+	if err := s.tokenReply("extend", scope, key, token, le, err); err != nil {
+		return time.Time{}, err
 	}
 	return time.UnixMilli(le), nil
 }
-
-// recordFields is the order in which the scripts and Get read a record.
-var recordFields = []string{"s", "k", "st", "fp", "tok", "r", "f", "ts", "ca", "le", "co", "ex"}
 
 // Get implements [idem.Store]. Redis deletes a record the moment its
 // retention passes, so Get never sees an expired completed record.
@@ -280,35 +347,40 @@ func (s *Store) Get(ctx context.Context, scope, key string) (idem.Record, error)
 	if err := idem.Validate(scope, key); err != nil {
 		return idem.Record{}, err
 	}
-	rk := s.keys(scope, key)[0]
-	vals, err := s.client.Do(ctx, s.client.B().Hmget().Key(rk).Field(recordFields...).Build()).ToArray()
+	rk := s.recordKey(scope, key)
+	raw, err := s.client.Do(ctx, s.client.B().Get().Key(rk).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return idem.Record{}, fmt.Errorf("idemredis: get: %w", idem.ErrNotFound)
+	}
 	if err != nil {
 		return idem.Record{}, s.wrap("get", err)
 	}
-	if len(vals) == len(recordFields) && vals[2].IsNil() {
-		return idem.Record{}, fmt.Errorf("idemredis: get: %w", idem.ErrNotFound)
+	rec, err := parseRecord(raw)
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("idemredis: get: key %s: %w", rk, err)
 	}
-	return s.parseRecord(vals)
+	return rec, nil
 }
 
 // Delete implements [idem.Store]. The record's token is remembered so that
-// the next claim still gets a greater one.
+// the next claim still gets a greater one. A key holding a value of another
+// format is deleted too, without a stub.
 func (s *Store) Delete(ctx context.Context, scope, key string) error {
 	if err := idem.Validate(scope, key); err != nil {
 		return err
 	}
-	ok, err := deleteLua.Exec(ctx, s.client, s.keys(scope, key), []string{s.floorMS}).AsInt64()
+	n, err := deleteLua.Exec(ctx, s.client, []string{s.recordKey(scope, key)}, []string{s.floorMS}).AsInt64()
 	if err != nil {
 		return s.wrap("delete", err)
 	}
-	if ok != 1 {
+	if n == 0 {
 		return fmt.Errorf("idemredis: delete: %w", idem.ErrNotFound)
 	}
 	return nil
 }
 
 // Purge implements [idem.Store] and returns 0: every record carries a Redis
-// expiry (PEXPIREAT) equal to its ExpiresAt, so Redis itself removes it, and
+// expiry (PXAT) equal to its ExpiresAt, so Redis itself removes it, and
 // an expired key is invisible to every command from the moment it expires.
 // There is never anything left for Purge to delete.
 func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
@@ -318,70 +390,86 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	return 0, ctx.Err()
 }
 
-// parseRecord decodes the recordFields values of one record.
-func (s *Store) parseRecord(vals []rueidis.RedisMessage) (idem.Record, error) {
-	if len(vals) != len(recordFields) {
-		return idem.Record{}, fmt.Errorf("idemredis: record reply has %d fields, want %d", len(vals), len(recordFields))
-	}
-	str := make([]string, len(vals))
-	for i := range vals {
-		if vals[i].IsNil() {
-			continue
-		}
-		v, err := vals[i].ToString()
-		if err != nil {
-			return idem.Record{}, fmt.Errorf("idemredis: record field %s: %w", recordFields[i], err)
-		}
-		str[i] = v
-	}
-	// A record can vanish between the script's reads only if it expired or
-	// was deleted, which the state field tells.
-	if str[2] == "" {
-		return idem.Record{}, fmt.Errorf("idemredis: %w", idem.ErrNotFound)
+// parseRecord decodes a record in the layout of scripts.go. A stub of a
+// removed record is ErrNotFound; anything else that is not a record of
+// this format is ErrRecordFormat.
+func parseRecord(raw string) (idem.Record, error) {
+	if len(raw) < stubLen || raw[0] != formatVersion {
+		return idem.Record{}, fmt.Errorf("%w: %d bytes starting %q", ErrRecordFormat, len(raw), raw[:min(len(raw), 4)])
 	}
 	var rec idem.Record
-	rec.Scope, rec.Key = str[0], str[1]
-	switch str[2] {
-	case "p":
+	switch raw[1] {
+	case 'x':
+		return idem.Record{}, idem.ErrNotFound
+	case 'p':
 		rec.State = idem.StateInProgress
-	case "c":
+	case 'c':
 		rec.State = idem.StateCompleted
 	default:
-		return idem.Record{}, fmt.Errorf("idemredis: record has unknown state %q", str[2])
+		return idem.Record{}, fmt.Errorf("%w: unknown state %q", ErrRecordFormat, raw[1])
 	}
-	if len(str[3]) != len(rec.Fingerprint) {
-		return idem.Record{}, fmt.Errorf("idemredis: record fingerprint is %d bytes", len(str[3]))
-	}
-	copy(rec.Fingerprint[:], str[3])
-	rec.Failed = str[6] == "1"
-	rec.Tombstone = str[7] == "1"
-	if rec.State == idem.StateCompleted && !rec.Tombstone {
-		rec.Result = []byte(str[5])
+	if len(raw) < recordHeaderLen {
+		return idem.Record{}, fmt.Errorf("%w: record is %d bytes, shorter than its header", ErrRecordFormat, len(raw))
 	}
 	var err error
-	if rec.Token, err = parseInt("tok", str[4]); err != nil {
+	if rec.Failed, err = parseFlag("failed", raw[2]); err != nil {
+		return idem.Record{}, err
+	}
+	if rec.Tombstone, err = parseFlag("tombstone", raw[3]); err != nil {
+		return idem.Record{}, err
+	}
+	if rec.Token, err = parseDigits("token", raw[4:24]); err != nil {
 		return idem.Record{}, err
 	}
 	for i, dst := range []*time.Time{&rec.CreatedAt, &rec.LeaseExpiresAt, &rec.CompletedAt, &rec.ExpiresAt} {
-		name, v := recordFields[8+i], str[8+i]
-		if v == "" {
-			continue
-		}
-		ms, err := parseInt(name, v)
+		ms, err := parseDigits(timeFields[i], raw[24+16*i:40+16*i])
 		if err != nil {
 			return idem.Record{}, err
 		}
-		*dst = time.UnixMilli(ms)
+		if ms != 0 {
+			*dst = time.UnixMilli(ms)
+		}
+	}
+	copy(rec.Fingerprint[:], raw[88:120])
+	scopeLen, err1 := parseDigits("scope length", raw[120:124])
+	keyLen, err2 := parseDigits("key length", raw[124:127])
+	if err := errors.Join(err1, err2); err != nil {
+		return idem.Record{}, err
+	}
+	end := recordHeaderLen + int(scopeLen) + int(keyLen)
+	if end > len(raw) {
+		return idem.Record{}, fmt.Errorf("%w: scope and key run past the record's end", ErrRecordFormat)
+	}
+	rec.Scope, rec.Key = raw[recordHeaderLen:recordHeaderLen+int(scopeLen)], raw[recordHeaderLen+int(scopeLen):end]
+	if rec.State == idem.StateCompleted && !rec.Tombstone {
+		rec.Result = []byte(raw[end:])
 	}
 	return rec, nil
 }
 
-func parseInt(field, v string) (int64, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("idemredis: record field %s: %w", field, err)
+var timeFields = [4]string{"created", "lease expiry", "completed", "expiry"}
+
+// parseDigits reads a fixed-width field of decimal digits.
+func parseDigits(field, v string) (int64, error) {
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' || n > (1<<63-1-9)/10 {
+			return 0, fmt.Errorf("%w: field %s is %q", ErrRecordFormat, field, v)
+		}
+		n = n*10 + int64(c-'0')
 	}
 	return n, nil
+}
+
+func parseFlag(field string, c byte) (bool, error) {
+	switch c {
+	case '0':
+		return false, nil
+	case '1':
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: field %s is %q", ErrRecordFormat, field, c)
 }
 
 // wrap classifies a client error: OOM fails closed with ErrOutOfMemory,
@@ -390,6 +478,8 @@ func (s *Store) wrap(op string, err error) error {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
 		msg := rerr.Error()
 		switch {
+		case strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "WRONGTYPE Operation"):
+			return fmt.Errorf("idemredis: %s: %w: %w", op, ErrRecordFormat, err)
 		case strings.HasPrefix(msg, "OOM") || strings.Contains(msg, "OOM command not allowed"):
 			return idem.Retryable(fmt.Errorf("idemredis: %s: %w: %w", op, ErrOutOfMemory, err))
 		case rerr.IsLoading(), rerr.IsTryAgain(), rerr.IsClusterDown(), strings.HasPrefix(msg, "BUSY"),
@@ -405,11 +495,4 @@ func (s *Store) wrap(op string, err error) error {
 // becomes an immediate expiry.
 func millis(d time.Duration) string {
 	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
-}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }

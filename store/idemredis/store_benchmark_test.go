@@ -88,10 +88,9 @@ func BenchmarkClaim(b *testing.B) {
 		defer c.Close()
 		script := redis.NewScript(idemredis.ClaimScript)
 		prefix := benchPrefix()
-		fp := string(make([]byte, 32))
 		runCallers(b, func(i int64) error {
-			k := prefix + "{" + strconv.FormatInt(i, 10) + "}"
-			return script.Run(ctx, c, []string{k, k + ":f"}, "bench", k, fp, "60000", "60000").Err()
+			k := strconv.FormatInt(i, 10)
+			return script.Run(ctx, c, []string{prefix + "{" + k + "}"}, idemredis.Identity(idem.Fingerprint{}, "bench", k), "60000", "60000").Err()
 		})
 	})
 

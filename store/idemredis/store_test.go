@@ -239,7 +239,7 @@ func TestConcurrentClaimsOneKey(t *testing.T) {
 }
 
 // Tokens are Redis-clock microseconds, so they keep increasing even when the
-// token floor is gone (as after a failover that lost it).
+// stub of a deleted record is gone (as after a failover that lost it).
 func TestTokensIncreaseWithoutFloor(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
@@ -259,7 +259,7 @@ func TestTokensIncreaseWithoutFloor(t *testing.T) {
 		if err := s.Delete(ctx, "floor", "k"); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Do(ctx, c.B().Del().Key(s.RecordKey("floor", "k")+":f").Build()).Error(); err != nil {
+		if err := c.Do(ctx, c.B().Del().Key(s.RecordKey("floor", "k")).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -301,46 +301,120 @@ func TestRedisTTL(t *testing.T) {
 	if d := pttl(rk); d < 9*time.Minute || d > 10*time.Minute {
 		t.Errorf("completed record PTTL %v, want the retention 10m", d)
 	}
-	// No token floor is written on the normal path: one key per record.
-	if n, err := c.Do(ctx, c.B().Exists().Key(rk+":f").Build()).AsInt64(); err != nil || n != 0 {
-		t.Errorf("token floor exists after claim/complete: %d %v", n, err)
+	// One key per record: nothing else shares its hash tag.
+	if keys, err := c.Do(ctx, c.B().Keys().Pattern(rk+"*").Build()).AsStrSlice(); err != nil || len(keys) != 1 {
+		t.Errorf("keys of one record: %v %v, want just %s", keys, err, rk)
 	}
 	if err := s.Delete(ctx, "ttl", "k"); err != nil {
 		t.Fatal(err)
 	}
-	if d := pttl(rk + ":f"); d <= 0 || d > time.Hour {
-		t.Errorf("token floor PTTL after Delete is %v, want at most an hour", d)
+	// The deleted record leaves a stub with its token, for an hour at most,
+	// that reads as absent.
+	if d := pttl(rk); d <= 0 || d > time.Hour {
+		t.Errorf("stub PTTL after Delete is %v, want at most an hour", d)
+	}
+	if _, err := s.Get(ctx, "ttl", "k"); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("Get of a deleted record: want ErrNotFound, got %v", err)
+	}
+	if err := s.Delete(ctx, "ttl", "k"); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("Delete of a deleted record: want ErrNotFound, got %v", err)
+	}
+	if err := s.Complete(ctx, idem.CompleteRequest{Scope: "ttl", Key: "k", Token: cl.Token, Retention: time.Minute}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("Complete after Delete: want ErrLeaseLost, got %v", err)
+	}
+	again, err := s.Claim(ctx, idem.ClaimRequest{Scope: "ttl", Key: "k", Lease: time.Minute})
+	if err != nil || again.Outcome != idem.Acquired || again.Takeover || again.Token <= cl.Token {
+		t.Errorf("claim over a stub: want a fresh claim above token %d, got %+v %v", cl.Token, again, err)
 	}
 }
 
-// A record written with a fingerprint by an older version, or corrupted by
-// hand, is reported as an error, never as a silent success.
+// A key holding anything this version did not write (a hash record of an
+// earlier layout, another format version, a corrupt record) is reported as
+// ErrRecordFormat by Get and by every script, and never overwritten; Delete
+// removes it.
 func TestCorruptRecord(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	s := newStore(t, c, nil)
 	ctx := context.Background()
-	rk := s.RecordKey("corrupt", "k")
-	cases := map[string][]string{
-		"state":       {"st", "x", "fp", strings.Repeat("\x00", 32), "tok", "1"},
-		"fingerprint": {"st", "p", "fp", "short", "tok", "1"},
-		"token":       {"st", "p", "fp", strings.Repeat("\x00", 32), "tok", "nan"},
-		"time":        {"st", "p", "fp", strings.Repeat("\x00", 32), "tok", "1", "le", "soon"},
+	// A valid in-progress record to corrupt one field at a time.
+	cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "corrupt", Key: "k", Lease: time.Minute})
+	if err != nil || cl.Outcome != idem.Acquired {
+		t.Fatalf("Claim: %v %v", cl.Outcome, err)
 	}
-	for what, fields := range cases {
-		cmd := c.B().Hset().Key(rk).FieldValue()
-		for i := 0; i < len(fields); i += 2 {
-			cmd = cmd.FieldValue(fields[i], fields[i+1])
+	rk := s.RecordKey("corrupt", "k")
+	good, err := c.Do(ctx, c.B().Get().Key(rk).Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(at int, with string) string { return good[:at] + with + good[at+len(with):] }
+	strs := map[string]string{
+		"version":      patch(0, "2"),
+		"state":        patch(1, "q"),
+		"flag":         patch(2, "7"),
+		"token":        patch(4, "00000000000000000x00"),
+		"time":         patch(40, "soon"),
+		"lengths":      patch(120, "0999"),
+		"short":        good[:60],
+		"tiny":         "1p",
+		"empty":        "",
+		"plain string": "hello, world, this is not a record at all",
+	}
+	check := func(what string) {
+		t.Helper()
+		if _, err := s.Get(ctx, "corrupt", "k"); !errors.Is(err, idemredis.ErrRecordFormat) {
+			t.Errorf("%s: Get returned %v, want ErrRecordFormat", what, err)
 		}
-		if err := c.Do(ctx, c.B().Del().Key(rk).Build()).Error(); err != nil {
-			t.Fatal(err)
+		before, _ := c.Do(ctx, c.B().Dump().Key(rk).Build()).ToString()
+		if _, err := s.Claim(ctx, idem.ClaimRequest{Scope: "corrupt", Key: "k", Lease: time.Minute}); !errors.Is(err, idemredis.ErrRecordFormat) &&
+			!strings.Contains(what, "in-format") {
+			t.Errorf("%s: Claim returned %v, want ErrRecordFormat", what, err)
 		}
-		if err := c.Do(ctx, cmd.Build()).Error(); err != nil {
-			t.Fatal(err)
+		after, _ := c.Do(ctx, c.B().Dump().Key(rk).Build()).ToString()
+		if before != after {
+			t.Errorf("%s: Claim changed the value", what)
 		}
-		if _, err := s.Get(ctx, "corrupt", "k"); err == nil || errors.Is(err, idem.ErrNotFound) {
-			t.Errorf("corrupt %s: Get returned %v, want a decoding error", what, err)
+	}
+	for what, v := range strs {
+		do(t, c, c.B().Set().Key(rk).Value(v).Build())
+		check(what)
+		if what == "version" || what == "plain string" || what == "tiny" || what == "empty" {
+			// Claim, Complete, Extend and Release never touch it either.
+			for name, err := range map[string]error{
+				"Complete": s.Complete(ctx, idem.CompleteRequest{Scope: "corrupt", Key: "k", Token: cl.Token, Retention: time.Minute}),
+				"Release":  s.Release(ctx, "corrupt", "k", cl.Token),
+			} {
+				if !errors.Is(err, idemredis.ErrRecordFormat) {
+					t.Errorf("%s: %s returned %v, want ErrRecordFormat", what, name, err)
+				}
+			}
+			if _, err := s.Extend(ctx, "corrupt", "k", cl.Token, time.Minute); !errors.Is(err, idemredis.ErrRecordFormat) {
+				t.Errorf("%s: Extend returned %v, want ErrRecordFormat", what, err)
+			}
 		}
+	}
+	// A hash, as earlier development versions wrote.
+	do(t, c, c.B().Del().Key(rk).Build())
+	do(t, c, c.B().Hset().Key(rk).FieldValue().FieldValue("st", "p").FieldValue("tok", "1").Build())
+	check("hash")
+	for name, err := range map[string]error{
+		"Complete": s.Complete(ctx, idem.CompleteRequest{Scope: "corrupt", Key: "k", Token: cl.Token, Retention: time.Minute}),
+		"Release":  s.Release(ctx, "corrupt", "k", cl.Token),
+	} {
+		if !errors.Is(err, idemredis.ErrRecordFormat) {
+			t.Errorf("hash: %s returned %v, want ErrRecordFormat", name, err)
+		}
+	}
+	// Delete is the way out, and the key is then free.
+	if err := s.Delete(ctx, "corrupt", "k"); err != nil {
+		t.Fatalf("Delete of a hash: %v", err)
+	}
+	if _, err := s.Get(ctx, "corrupt", "k"); !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("Get after deleting a bad record: want ErrNotFound, got %v", err)
+	}
+	next, err := s.Claim(ctx, idem.ClaimRequest{Scope: "corrupt", Key: "k", Lease: time.Minute})
+	if err != nil || next.Outcome != idem.Acquired || next.Token <= cl.Token {
+		t.Errorf("Claim after deleting a bad record: %+v %v", next, err)
 	}
 }
 
