@@ -30,10 +30,12 @@ require (
 replace github.com/idem-go/idem => ../..
 
 require (
+	github.com/idem-go/idem/broker/idemamqp v0.0.0
 	github.com/idem-go/idem/store/idempgx v0.0.0
 	github.com/idem-go/idem/store/idemredis v0.0.0
 	github.com/idem-go/idem/store/idemsqlite v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/rueidis v1.0.79
 	go.uber.org/goleak v1.3.0
 )
@@ -45,3 +47,5 @@ replace (
 )
 
 replace github.com/idem-go/idem/store/idemredis => ../../store/idemredis
+
+replace github.com/idem-go/idem/broker/idemamqp => ../../broker/idemamqp

@@ -136,9 +136,22 @@ func usageErrorf(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
+// exitCodeError is a runtime failure with its own exit code, for commands
+// whose callers (monitoring scripts) tell outcomes apart by status.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e exitCodeError) Error() string { return e.err.Error() }
+func (e exitCodeError) Unwrap() error { return e.err }
+
 // report prints err as one line on stderr and returns the exit code.
 func (a *app) report(cmd *cobra.Command, err error) int {
 	fmt.Fprintln(a.stderr, oneLine(err))
+	if ce := (exitCodeError{}); errors.As(err, &ce) {
+		return ce.code
+	}
 	var ue usageError
 	if !a.ran || errors.As(err, &ue) {
 		path := "idem"
@@ -158,7 +171,7 @@ func oneLine(err error) string {
 	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
 	for {
 		trimmed := msg
-		for _, p := range []string{"idem: ", "idemsqlite: ", "idempgx: ", "idemredis: "} {
+		for _, p := range []string{"idem: ", "idemsqlite: ", "idempgx: ", "idemredis: ", "idemamqp: "} {
 			trimmed = strings.TrimPrefix(trimmed, p)
 		}
 		if trimmed == msg {

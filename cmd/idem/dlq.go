@@ -1,0 +1,586 @@
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/idem-go/idem/broker/idemamqp"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/spf13/cobra"
+)
+
+func init() { commands = append(commands, newDLQCmd) }
+
+// exitDeadLetters is the exit status of "dlq list --fail-if-any" when the
+// dead-letter queue is not empty: distinct from 1 so that a monitoring
+// script can tell "there are dead letters" from "the check itself failed".
+const exitDeadLetters = 3
+
+// Output bounds: a dead letter's fields come from whoever published it.
+const (
+	listErrorWidth   = 80
+	listFieldWidth   = 60
+	bodyPreviewBytes = 1024
+	headerValueBytes = 512
+)
+
+func newDLQCmd(*app) *cobra.Command {
+	subs := func() []*cobra.Command {
+		return []*cobra.Command{newDLQListCmd(), newDLQShowCmd(), newDLQRedriveCmd(), newDLQPurgeCmd()}
+	}
+	c := groupCmd("dlq", "Inspect, redrive and purge the dead letters of a RabbitMQ consumer", subs()...)
+	c.Long = `Inspect, redrive and purge the dead letters of an idemamqp consumer.
+
+--queue names the consumer's work queue; its dead letters are in QUEUE.dlq (the
+topology idemamqp.Declare creates), or in the queue --dlq names. Zero dead
+letters is the normal state: "list --fail-if-any" exits 3 when there are some,
+for monitoring scripts and cron alerts.
+
+"idem dlq amqp …" is the same set of commands.`
+	amqpCmd := groupCmd("amqp", "The same commands, naming the broker (RabbitMQ)", subs()...)
+	c.AddCommand(amqpCmd)
+	return c
+}
+
+// dlqConfig is the connection and queue every dlq subcommand takes.
+type dlqConfig struct {
+	url, queue, dlq string
+}
+
+func addDLQFlags(cmd *cobra.Command) *dlqConfig {
+	cfg := &dlqConfig{}
+	cmd.Flags().StringVar(&cfg.url, "amqp", "", "RabbitMQ URL, amqp://user:pass@host:5672/vhost")
+	envFlag(cmd, "amqp", "IDEM_AMQP_URL")
+	cmd.Flags().StringVar(&cfg.queue, "queue", "", "the consumer's work queue; its dead letters are in QUEUE.dlq")
+	envFlag(cmd, "queue", "IDEM_AMQP_QUEUE")
+	cmd.Flags().StringVar(&cfg.dlq, "dlq", "", "the dead-letter queue, when it is not QUEUE.dlq")
+	return cfg
+}
+
+// deadLetterQueue is the queue the commands read.
+func (cfg *dlqConfig) deadLetterQueue() string {
+	if cfg.dlq != "" {
+		return cfg.dlq
+	}
+	return idemamqp.Topology{Queue: cfg.queue}.WithDefaults().DeadLetterQueue
+}
+
+// check validates the command line before anything is dialled.
+func (cfg *dlqConfig) check() error {
+	if cfg.url == "" {
+		return usageErrorf("missing --amqp URL (or IDEM_AMQP_URL), e.g. amqp://guest:guest@127.0.0.1:5672/")
+	}
+	if u, err := url.Parse(cfg.url); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		return usageErrorf("--amqp %s is not an amqp:// or amqps:// URL", redactDSN(cfg.url))
+	}
+	if cfg.queue == "" && cfg.dlq == "" {
+		return usageErrorf("missing --queue NAME (the consumer's work queue) or --dlq NAME")
+	}
+	return nil
+}
+
+// dlqTarget is an open connection and the dead-letter queue it found.
+type dlqTarget struct {
+	conn *amqp.Connection
+	name string
+	// ready is the broker's count of messages ready in the queue (those
+	// another client holds unacknowledged are not in it).
+	ready int
+}
+
+// withDLQ connects, checks that the dead-letter queue exists, runs fn and
+// closes the connection.
+func withDLQ(cmd *cobra.Command, cfg *dlqConfig, fn func(t *dlqTarget) error) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	conn, err := amqp.DialConfig(cfg.url, amqp.Config{
+		Dial:       amqp.DefaultDial(10 * time.Second),
+		Properties: amqp.Table{"connection_name": "idem dlq"},
+	})
+	if err != nil {
+		return fmt.Errorf("cannot connect to RabbitMQ at %s: %v (is it running? check --amqp or IDEM_AMQP_URL)", redactDSN(cfg.url), err)
+	}
+	defer conn.Close()
+	t := &dlqTarget{conn: conn, name: cfg.deadLetterQueue()}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel on %s: %w", redactDSN(cfg.url), err)
+	}
+	q, err := ch.QueueDeclarePassive(t.name, true, false, false, false, nil)
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			hint := "was the consumer's topology declared? --dlq names a dead-letter queue with another name"
+			if base, ok := strings.CutSuffix(cfg.queue, ".dlq"); ok && cfg.dlq == "" {
+				hint = fmt.Sprintf("--queue names the work queue: try --queue %s", base)
+			}
+			return fmt.Errorf("dead-letter queue %q does not exist on %s (%s)", t.name, redactDSN(cfg.url), hint)
+		}
+		return fmt.Errorf("inspect queue %q: %w", t.name, err)
+	}
+	ch.Close()
+	t.ready = q.Messages
+	return fn(t)
+}
+
+func newDLQListCmd() *cobra.Command {
+	var (
+		limit     int
+		asJSON    bool
+		failIfAny bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "One line per dead letter: id, reason, attempts, failure times, consumer, origin, last error",
+		Long: `List the dead letters without consuming them: they stay in the queue.
+
+Zero dead letters is the normal state: the command then prints
+"no dead letters in QUEUE.dlq" and exits 0. With --fail-if-any it exits 3 when
+the queue is not empty (after printing the list), so that a cron job or a
+monitoring check can alert on it:
+
+  idem dlq list --queue orders --fail-if-any || alert "orders has dead letters"
+
+Exit status: 0 listed (or empty), 1 the command failed (broker unreachable,
+queue missing), 2 the command line was wrong, 3 --fail-if-any and dead letters.`,
+		Args: cobra.NoArgs,
+	}
+	cfg := addDLQFlags(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 100, "show at most N dead letters")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, for scripts")
+	cmd.Flags().BoolVar(&failIfAny, "fail-if-any", false, "exit 3 when the dead-letter queue is not empty (for monitoring)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if limit < 1 {
+			return usageErrorf("--limit must be at least 1, got %d", limit)
+		}
+		return withDLQ(cmd, cfg, func(t *dlqTarget) error {
+			var (
+				msgs      []idemamqp.DeadMessage
+				bodyBytes []int
+			)
+			for m, err := range idemamqp.ScanDeadLetters(cmd.Context(), t.conn, t.name, limit) {
+				if err != nil {
+					return err
+				}
+				bodyBytes = append(bodyBytes, len(m.Body))
+				m.Body = nil // only its length is listed; do not hold it
+				msgs = append(msgs, m)
+			}
+			out := cmd.OutOrStdout()
+			total := max(t.ready, len(msgs))
+			if asJSON {
+				if err := writeDeadLettersJSON(out, msgs, bodyBytes); err != nil {
+					return err
+				}
+			} else {
+				writeDeadLetterList(out, t, msgs, total, time.Now())
+			}
+			if failIfAny && total > 0 {
+				return exitCodeError{exitDeadLetters, fmt.Errorf("%d dead letter(s) in %s", total, t.name)}
+			}
+			return nil
+		})
+	}
+	return cmd
+}
+
+func writeDeadLetterList(w io.Writer, t *dlqTarget, msgs []idemamqp.DeadMessage, total int, now time.Time) {
+	if len(msgs) == 0 {
+		fmt.Fprintf(w, "no dead letters in %s\n", t.name)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tREASON\tATTEMPTS\tFIRST FAILURE\tLAST FAILURE\tAGE\tCONSUMER\tORIGIN\tLAST ERROR")
+	for _, m := range msgs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			cell(m.ID, listFieldWidth), cell(m.Reason, listFieldWidth), m.Attempts,
+			timeCell(m.FirstFailure), timeCell(m.LastFailure), m.Age(now).Round(time.Second),
+			cell(m.Consumer, listFieldWidth), cell(m.Origin, listFieldWidth), cell(m.LastError, listErrorWidth))
+	}
+	tw.Flush()
+	if total > len(msgs) {
+		fmt.Fprintf(w, "showing %d of %d dead letters in %s; raise --limit to see more\n", len(msgs), total, t.name)
+	} else {
+		fmt.Fprintf(w, "%d dead letter(s) in %s\n", len(msgs), t.name)
+	}
+}
+
+// deadLetterJSON is one element of "dlq list --json".
+type deadLetterJSON struct {
+	ID           string       `json:"id"`
+	Reason       string       `json:"reason"`
+	Attempts     int          `json:"attempts"`
+	InfraRetries int          `json:"infra_retries"`
+	FirstFailure *time.Time   `json:"first_failure,omitempty"`
+	LastFailure  *time.Time   `json:"last_failure,omitempty"`
+	LastError    string       `json:"last_error"`
+	Consumer     string       `json:"consumer"`
+	Origin       string       `json:"origin"`
+	Redrives     int          `json:"redrives"`
+	Published    *time.Time   `json:"published,omitempty"`
+	BodyBytes    int          `json:"body_bytes"`
+	XDeath       []xDeathJSON `json:"x_death,omitempty"`
+}
+
+type xDeathJSON struct {
+	Queue       string    `json:"queue"`
+	Reason      string    `json:"reason"`
+	Exchange    string    `json:"exchange"`
+	RoutingKeys []string  `json:"routing_keys"`
+	Count       int64     `json:"count"`
+	Time        time.Time `json:"time"`
+}
+
+func writeDeadLettersJSON(w io.Writer, msgs []idemamqp.DeadMessage, bodyBytes []int) error {
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &t
+	}
+	out := make([]deadLetterJSON, 0, len(msgs))
+	for i, m := range msgs {
+		j := deadLetterJSON{
+			ID: m.ID, Reason: m.Reason, Attempts: m.Attempts, InfraRetries: m.InfraRetries,
+			FirstFailure: opt(m.FirstFailure), LastFailure: opt(m.LastFailure), LastError: m.LastError,
+			Consumer: m.Consumer, Origin: m.Origin, Redrives: m.Redrives, Published: opt(m.Published),
+			BodyBytes: bodyBytes[i],
+		}
+		for _, x := range m.XDeath {
+			j.XDeath = append(j.XDeath, xDeathJSON{x.Queue, x.Reason, x.Exchange, x.RoutingKeys, x.Count, x.Time.UTC()})
+		}
+		out = append(out, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func newDLQShowCmd() *cobra.Command {
+	var (
+		limit    int
+		showBody bool
+	)
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Print one dead letter: why it failed, x-death, every header and the body",
+		Long: `Print the dead letter with message id ID: the failure report (reason,
+attempts, first and last failure, last error, consumer, origin, RabbitMQ's
+x-death history), its properties, every header and a preview of the body (the
+first 1 KiB; --body prints all of it). The message stays in the queue.`,
+		Args: cobra.ExactArgs(1),
+	}
+	cfg := addDLQFlags(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 10000, "look at most at N dead letters to find ID")
+	cmd.Flags().BoolVar(&showBody, "body", false, "print the whole body, not a 1 KiB preview")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if limit < 1 {
+			return usageErrorf("--limit must be at least 1, got %d", limit)
+		}
+		return withDLQ(cmd, cfg, func(t *dlqTarget) error {
+			seen, found := 0, 0
+			for m, err := range idemamqp.ScanDeadLetters(cmd.Context(), t.conn, t.name, limit) {
+				if err != nil {
+					return err
+				}
+				seen++
+				if m.ID != args[0] {
+					continue
+				}
+				if found > 0 {
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
+				found++
+				writeDeadLetter(cmd.OutOrStdout(), m, showBody, time.Now())
+			}
+			if found == 0 {
+				return fmt.Errorf("message %q not found in %s (looked at %d dead letter(s))", args[0], t.name, seen)
+			}
+			return nil
+		})
+	}
+	return cmd
+}
+
+func writeDeadLetter(w io.Writer, m idemamqp.DeadMessage, wholeBody bool, now time.Time) {
+	fmt.Fprintln(w, sanitize(m.Report(now), "\n"))
+	if !m.Published.IsZero() {
+		fmt.Fprintf(w, "  published: %s\n", m.Published.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintln(w, "  headers:")
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+		fmt.Fprintf(w, "    %s: %s\n", cell(k, listFieldWidth), headerValue(m.Headers[k]))
+	}
+	body := m.Body
+	if !wholeBody && len(body) > bodyPreviewBytes {
+		body = body[:bodyPreviewBytes]
+	}
+	if len(body) == 0 {
+		return
+	}
+	if len(body) < len(m.Body) {
+		fmt.Fprintf(w, "  body (first %d of %d bytes; --body for all):\n", len(body), len(m.Body))
+	} else {
+		fmt.Fprintln(w, "  body:")
+	}
+	if text, ok := printableText(body); ok {
+		for line := range strings.SplitSeq(strings.TrimRight(text, "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", line)
+		}
+		return
+	}
+	io.WriteString(w, hex.Dump(body))
+}
+
+// printableText reports whether b (possibly cut inside a rune at the end)
+// is text a terminal can show as is.
+func printableText(b []byte) (string, bool) {
+	for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); i++ {
+		b = b[:len(b)-1]
+	}
+	s := string(b)
+	if !utf8.ValidString(s) {
+		return "", false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != '\n' && r != '\t' && r != '\r' {
+			return "", false
+		}
+	}
+	return strings.ReplaceAll(s, "\r", ""), true
+}
+
+// headerValue renders an AMQP header value on one bounded line.
+func headerValue(v any) string {
+	var s string
+	switch v := v.(type) {
+	case string:
+		s = v
+	case []byte:
+		s = fmt.Sprintf("(%d bytes) %q", len(v), v[:min(len(v), 64)])
+	case time.Time:
+		s = v.UTC().Format(time.RFC3339)
+	case amqp.Table:
+		keys := slices.Sorted(maps.Keys(v))
+		parts := make([]string, 0, len(keys))
+		for _, k := range keys {
+			parts = append(parts, k+"="+headerValue(v[k]))
+		}
+		s = "{" + strings.Join(parts, " ") + "}"
+	case []any:
+		parts := make([]string, 0, len(v))
+		for _, e := range v {
+			parts = append(parts, headerValue(e))
+		}
+		s = "[" + strings.Join(parts, ", ") + "]"
+	default:
+		s = fmt.Sprint(v)
+	}
+	return cell(s, headerValueBytes)
+}
+
+func newDLQRedriveCmd() *cobra.Command {
+	var (
+		all         bool
+		reason      string
+		dryRun      bool
+		maxRedrives int
+		limit       int
+	)
+	cmd := &cobra.Command{
+		Use:   "redrive (ID... | --all | --reason REASON)",
+		Short: "Send chosen dead letters back to the exchange and routing key they were first published to",
+		Long: `Send dead letters back to where they were first published, with fresh
+attempts: run it after fixing what made them fail. Choose them explicitly, by
+message id, --all, or --reason (max_attempts, permanent, id_conflict,
+missing_id, invalid_id, or a broker reason such as expired or rejected).
+
+Each message is removed from the dead-letter queue only after the broker
+confirms its copy. A message redriven --max-redrives times already stays in the
+dead letters. --dry-run prints what would move and changes nothing.`,
+	}
+	cfg := addDLQFlags(cmd)
+	cmd.Flags().BoolVar(&all, "all", false, "redrive every dead letter")
+	cmd.Flags().StringVar(&reason, "reason", "", "redrive the dead letters with this reason")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be redriven; change nothing")
+	cmd.Flags().IntVar(&maxRedrives, "max-redrives", idemamqp.DefaultMaxRedrives, "leave messages redriven this many times already")
+	cmd.Flags().IntVar(&limit, "limit", 1000, "look at most at N dead letters")
+	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
+		chosen := 0
+		for _, c := range []bool{len(ids) > 0, all, reason != ""} {
+			if c {
+				chosen++
+			}
+		}
+		switch {
+		case chosen == 0:
+			return usageErrorf("choose what to redrive: message ids, --all or --reason REASON")
+		case chosen > 1:
+			return usageErrorf("give only one of: message ids, --all, --reason")
+		case maxRedrives < 1 || limit < 1:
+			return usageErrorf("--max-redrives and --limit must be at least 1")
+		}
+		match := func(m idemamqp.DeadMessage) bool {
+			switch {
+			case all:
+				return true
+			case reason != "":
+				return m.Reason == reason
+			}
+			return slices.Contains(ids, m.ID)
+		}
+		return withDLQ(cmd, cfg, func(t *dlqTarget) error {
+			out := cmd.OutOrStdout()
+			var res idemamqp.RedriveResult
+			if dryRun {
+				for m, err := range idemamqp.ScanDeadLetters(cmd.Context(), t.conn, t.name, limit) {
+					if err != nil {
+						return err
+					}
+					switch {
+					case !match(m):
+					case m.Redrives >= maxRedrives:
+						res.Capped = append(res.Capped, m.ID)
+					default:
+						res.Redriven = append(res.Redriven, m.ID)
+						fmt.Fprintf(out, "would redrive %s (%s after %d attempt(s)) to %s\n",
+							cell(m.ID, listFieldWidth), cell(m.Reason, listFieldWidth), m.Attempts, cell(m.Origin, listFieldWidth))
+					}
+				}
+			} else {
+				var err error
+				res, err = idemamqp.Redrive(cmd.Context(), t.conn, t.name, match,
+					&idemamqp.RedriveOptions{MaxRedrives: maxRedrives, Limit: limit})
+				for _, id := range res.Redriven {
+					fmt.Fprintf(out, "redriven %s\n", cell(id, listFieldWidth))
+				}
+				if err != nil {
+					fmt.Fprintf(out, "redrove %d message(s) from %s before the error\n", len(res.Redriven), t.name)
+					return err
+				}
+			}
+			for _, id := range res.Capped {
+				fmt.Fprintf(out, "kept %s: redriven %d time(s) already (--max-redrives)\n", cell(id, listFieldWidth), maxRedrives)
+			}
+			verb := "redrove"
+			if dryRun {
+				verb = "dry run: would redrive"
+			}
+			fmt.Fprintf(out, "%s %d message(s) from %s to their original queue", verb, len(res.Redriven), t.name)
+			if len(res.Capped) > 0 {
+				fmt.Fprintf(out, "; %d kept at the redrive cap", len(res.Capped))
+			}
+			fmt.Fprintln(out)
+			return missingIDs(ids, res, t.name)
+		})
+	}
+	return cmd
+}
+
+// missingIDs is the error for explicitly chosen ids that were not redriven:
+// not found, or kept at the cap.
+func missingIDs(ids []string, res idemamqp.RedriveResult, queue string) error {
+	var missing, capped []string
+	for _, id := range ids {
+		switch {
+		case slices.Contains(res.Redriven, id):
+		case slices.Contains(res.Capped, id):
+			capped = append(capped, strconv.Quote(id))
+		default:
+			missing = append(missing, strconv.Quote(id))
+		}
+	}
+	var errs []string
+	if len(missing) > 0 {
+		errs = append(errs, fmt.Sprintf("not found in %s: %s", queue, strings.Join(missing, ", ")))
+	}
+	if len(capped) > 0 {
+		errs = append(errs, fmt.Sprintf("kept at the redrive cap: %s", strings.Join(capped, ", ")))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(cell(strings.Join(errs, "; "), headerValueBytes))
+}
+
+func newDLQPurgeCmd() *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "purge --yes",
+		Short: "Delete every message in the dead-letter queue (needs --yes)",
+		Long: `Delete every message in the dead-letter queue. It cannot be undone, so it
+refuses to run without --yes. Messages another client holds unacknowledged at
+that moment (a concurrent "dlq list") are not deleted.`,
+		Args: cobra.NoArgs,
+	}
+	cfg := addDLQFlags(cmd)
+	cmd.Flags().BoolVar(&yes, "yes", false, "really delete every dead letter")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := cfg.check(); err != nil {
+			return err
+		}
+		if !yes {
+			return usageErrorf("purge deletes every message in %s and cannot be undone; add --yes", cfg.deadLetterQueue())
+		}
+		return withDLQ(cmd, cfg, func(t *dlqTarget) error {
+			ch, err := t.conn.Channel()
+			if err != nil {
+				return fmt.Errorf("open channel: %w", err)
+			}
+			defer ch.Close()
+			n, err := ch.QueuePurge(t.name, false)
+			if err != nil {
+				return fmt.Errorf("purge %s: %w", t.name, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "purged %d message(s) from %s\n", n, t.name)
+			return nil
+		})
+	}
+	return cmd
+}
+
+// cell makes s safe for one line of a terminal: control characters become
+// spaces, and it is cut to width runes.
+func cell(s string, width int) string {
+	if s == "" {
+		return "-"
+	}
+	s = sanitize(s, "")
+	if utf8.RuneCountInString(s) > width {
+		r := []rune(s)
+		s = string(r[:width-1]) + "…"
+	}
+	return s
+}
+
+// sanitize replaces the characters a terminal would interpret (escape
+// sequences, carriage returns) with spaces; those in keep stay.
+func sanitize(s, keep string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) || strings.ContainsRune(keep, r) {
+			return r
+		}
+		return ' '
+	}, s)
+}
+
+func timeCell(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

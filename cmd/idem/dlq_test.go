@@ -1,0 +1,438 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/broker/idemamqp"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/retry"
+	"github.com/idem-go/idem/store/idemsqlite"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// rabbitURL is IDEM_AMQP_URL: the test skips without it locally and fails
+// in CI.
+func rabbitURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("IDEM_AMQP_URL")
+	if u == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("IDEM_AMQP_URL is not set; CI must run the RabbitMQ tests")
+		}
+		t.Skip("IDEM_AMQP_URL is not set; skipping (e.g. IDEM_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/)")
+	}
+	return u
+}
+
+func randomSuffix() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// dlqEnv is a uniquely named consumer topology on the real RabbitMQ,
+// deleted at cleanup.
+type dlqEnv struct {
+	url  string
+	conn *amqp.Connection
+	topo idemamqp.Topology
+}
+
+func newDLQEnv(t *testing.T) *dlqEnv {
+	t.Helper()
+	e := &dlqEnv{url: rabbitURL(t)}
+	conn, err := amqp.Dial(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.conn = conn
+	e.topo = idemamqp.Topology{Queue: "idemtest.cli." + randomSuffix()}.WithDefaults()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := idemamqp.Declare(ch, e.topo); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			if err := idemamqp.Delete(ch, e.topo); err != nil {
+				t.Log(err)
+			}
+			ch.Close()
+		}
+		conn.Close()
+	})
+	return e
+}
+
+// run runs "idem dlq ARGS --amqp URL --queue QUEUE" in-process.
+func (e *dlqEnv) run(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	return runCLI(t, nil, append(append([]string{"dlq"}, args...), "--amqp", e.url, "--queue", e.topo.Queue)...)
+}
+
+// ready is the number of messages ready in queue q.
+func (e *dlqEnv) ready(t *testing.T, q string) int {
+	t.Helper()
+	ch, err := e.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Messages
+}
+
+// waitReady waits until queue q holds n ready messages.
+func (e *dlqEnv) waitReady(t *testing.T, q string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for got := e.ready(t, q); got != n; got = e.ready(t, q) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %d messages, want %d", q, got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *dlqEnv) publish(t *testing.T, exchange, key string, p amqp.Publishing) {
+	t.Helper()
+	ch, err := e.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := idemamqp.Publish(t.Context(), ch, exchange, key, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDLQLifecycle is the operator's path end to end: a consumer whose
+// handler fails dead-letters three messages; list, show, redrive one after
+// the fix (it is processed exactly once), purge the rest.
+func TestDLQLifecycle(t *testing.T) {
+	t.Parallel()
+	e := newDLQEnv(t)
+	store, err := idemsqlite.Open(t.Context(), "sqlite://"+filepath.Join(t.TempDir(), "idem.db"), &idemsqlite.Config{AutoMigrate: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+
+	var (
+		broken    atomic.Bool
+		mu        sync.Mutex
+		processed = map[string]int{}
+	)
+	broken.Store(true)
+	c, err := idemamqp.NewConsumer(idemamqp.DialURL(e.url), &idemamqp.Config{
+		Name:     "ledger",
+		Topology: e.topo,
+		Process: func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+			return store.Process(ctx, msg, func(context.Context, *sql.Tx) error {
+				if broken.Load() {
+					// A terminal escape in the error must not reach the operator's terminal raw.
+					return errors.New("ledger locked \x1b[31mred\x1b[0m")
+				}
+				mu.Lock()
+				processed[msg.Key]++
+				mu.Unlock()
+				return nil
+			})
+		},
+		Retry:  &retry.Policy{Base: 5 * time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 2},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	ids := []string{"order-1", "order-2", "order-3"}
+	for _, id := range ids {
+		e.publish(t, "", e.topo.Queue, amqp.Publishing{MessageId: id, Body: []byte(`{"order":"` + id + `"}`), ContentType: "application/json"})
+	}
+	e.waitReady(t, e.topo.DeadLetterQueue, 3)
+
+	r := e.run(t, "list")
+	wantExit(t, r, exitOK)
+	for _, w := range append(ids, "max_attempts", "ledger", "/"+e.topo.Queue, "ledger locked", "3 dead letter(s) in "+e.topo.DeadLetterQueue, "LAST ERROR") {
+		if !strings.Contains(r.Stdout, w) {
+			t.Errorf("list lacks %q:\n%s", w, r.Stdout)
+		}
+	}
+	if strings.Contains(r.Stdout, "\x1b") {
+		t.Errorf("list printed a raw escape character:\n%q", r.Stdout)
+	}
+	if e.ready(t, e.topo.DeadLetterQueue) != 3 {
+		t.Fatal("list consumed dead letters")
+	}
+
+	r = e.run(t, "list", "--limit", "1")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "showing 1 of 3") {
+		t.Errorf("list --limit 1 does not say it is partial:\n%s", r.Stdout)
+	}
+
+	r = e.run(t, "list", "--json")
+	wantExit(t, r, exitOK)
+	var listed []deadLetterJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &listed); err != nil {
+		t.Fatalf("list --json: %v\n%s", err, r.Stdout)
+	}
+	if len(listed) != 3 {
+		t.Fatalf("list --json has %d entries, want 3", len(listed))
+	}
+	for _, l := range listed {
+		if l.Reason != consume.ReasonMaxAttempts || l.Attempts != 2 || l.Consumer != "ledger" || l.Origin != "/"+e.topo.Queue ||
+			l.FirstFailure == nil || l.LastFailure == nil || l.BodyBytes == 0 || !strings.Contains(l.LastError, "ledger locked") || len(l.XDeath) == 0 {
+			t.Errorf("list --json entry incomplete: %+v", l)
+		}
+	}
+
+	r = e.run(t, "list", "--fail-if-any")
+	wantExit(t, r, exitDeadLetters, "3 dead letter(s) in "+e.topo.DeadLetterQueue)
+	if !strings.Contains(r.Stdout, "order-1") {
+		t.Errorf("--fail-if-any did not print the list first:\n%s", r.Stdout)
+	}
+
+	r = e.run(t, "show", "order-2")
+	wantExit(t, r, exitOK)
+	for _, w := range []string{`message "order-2": max_attempts after 2 attempt(s)`, `consumer "ledger"`, "x-death: expired",
+		consume.HeaderLastError, consume.HeaderFirstFailure, `{"order":"order-2"}`} {
+		if !strings.Contains(r.Stdout, w) {
+			t.Errorf("show lacks %q:\n%s", w, r.Stdout)
+		}
+	}
+	wantExit(t, e.run(t, "show", "order-404"), exitFailure, `message "order-404" not found`, "looked at 3")
+
+	wantExit(t, e.run(t, "redrive"), exitUsage, "choose what to redrive")
+	wantExit(t, e.run(t, "redrive", "order-1", "--all"), exitUsage, "only one of")
+	r = e.run(t, "redrive", "--all", "--dry-run")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "would redrive 3 message(s)") {
+		t.Errorf("dry run:\n%s", r.Stdout)
+	}
+	if e.ready(t, e.topo.DeadLetterQueue) != 3 {
+		t.Fatal("dry run moved messages")
+	}
+
+	// The handler is fixed: redrive one; it is processed, once.
+	broken.Store(false)
+	r = e.run(t, "redrive", "order-2")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "redrove 1 message(s)") {
+		t.Errorf("redrive:\n%s", r.Stdout)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := processed["order-2"]
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("order-2 was not processed after the redrive")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.waitReady(t, e.topo.DeadLetterQueue, 2)
+	wantExit(t, e.run(t, "redrive", "order-2"), exitFailure, `not found in `+e.topo.DeadLetterQueue+`: "order-2"`)
+
+	wantExit(t, e.run(t, "purge"), exitUsage, "add --yes")
+	if e.ready(t, e.topo.DeadLetterQueue) != 2 {
+		t.Fatal("purge without --yes deleted messages")
+	}
+	r = e.run(t, "purge", "--yes")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "purged 2 message(s)") {
+		t.Errorf("purge:\n%s", r.Stdout)
+	}
+	for _, args := range [][]string{{"list"}, {"list", "--fail-if-any"}} {
+		r = e.run(t, args...)
+		wantExit(t, r, exitOK)
+		if r.Stdout != "no dead letters in "+e.topo.DeadLetterQueue+"\n" {
+			t.Errorf("%v on an empty queue: %q", args, r.Stdout)
+		}
+	}
+	r = e.run(t, "list", "--json")
+	wantExit(t, r, exitOK)
+	if strings.TrimSpace(r.Stdout) != "[]" {
+		t.Errorf("list --json on an empty queue: %q", r.Stdout)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(processed) != 1 || processed["order-2"] != 1 {
+		t.Errorf("processed %v, want order-2 once and nothing else", processed)
+	}
+}
+
+// TestDLQDirectDeadLetters covers dead letters published straight into the
+// queue with the engine's headers: a binary body, the redrive cap, the
+// "dlq amqp" spelling.
+func TestDLQDirectDeadLetters(t *testing.T) {
+	t.Parallel()
+	e := newDLQEnv(t)
+	now := time.Now().Add(-time.Hour)
+	dead := consume.DeadLetter{
+		State:    consume.State{Attempts: 5, FirstFailure: now, LastFailure: now.Add(time.Minute), LastError: strings.Repeat("x", 300)},
+		Reason:   consume.ReasonPermanent,
+		Consumer: "billing",
+		Origin:   "payments/charge",
+	}
+	headers := func(extra map[string]string) amqp.Table {
+		h := amqp.Table{}
+		for k, v := range dead.Headers() {
+			h[k] = v
+		}
+		for k, v := range extra {
+			h[k] = v
+		}
+		return h
+	}
+	binary := bytes.Repeat([]byte{0, 1, 2, 0xff}, 1000)
+	e.publish(t, e.topo.DeadLetterExchange, e.topo.DeadLetterQueue, amqp.Publishing{MessageId: "bin", Headers: headers(nil), Body: binary})
+	e.publish(t, e.topo.DeadLetterExchange, e.topo.DeadLetterQueue, amqp.Publishing{MessageId: "tired",
+		Headers: headers(map[string]string{idemamqp.HeaderRedrives: "3"}), Body: []byte("again")})
+
+	r := e.run(t, "amqp", "list")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "payments/charge") || !strings.Contains(r.Stdout, "permanent") || !strings.Contains(r.Stdout, "…") {
+		t.Errorf("list:\n%s", r.Stdout)
+	}
+	if strings.Contains(r.Stdout, strings.Repeat("x", listErrorWidth)) {
+		t.Errorf("last error not truncated:\n%s", r.Stdout)
+	}
+
+	r = e.run(t, "show", "bin")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "first 1024 of 4000 bytes") || !strings.Contains(r.Stdout, "00 01 02 ff") || strings.Count(r.Stdout, "\n") > 120 {
+		t.Errorf("show preview:\n%s", r.Stdout)
+	}
+	r = e.run(t, "show", "bin", "--body")
+	wantExit(t, r, exitOK)
+	if strings.Contains(r.Stdout, "first 1024") || strings.Count(r.Stdout, "00 01 02 ff") < 200 {
+		t.Errorf("show --body did not print the whole body (%d lines)", strings.Count(r.Stdout, "\n"))
+	}
+
+	// At the cap it stays, and asking for it by id is an error.
+	r = e.run(t, "redrive", "tired")
+	wantExit(t, r, exitFailure, `kept at the redrive cap: "tired"`)
+	r = e.run(t, "redrive", "--reason", consume.ReasonPermanent, "--max-redrives", "5", "--dry-run")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "would redrive 2 message(s)") {
+		t.Errorf("dry run with a higher cap:\n%s", r.Stdout)
+	}
+	r = e.run(t, "redrive", "--reason", "expired")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "redrove 0 message(s)") {
+		t.Errorf("redrive of an absent reason:\n%s", r.Stdout)
+	}
+	if got := e.ready(t, e.topo.DeadLetterQueue); got != 2 {
+		t.Fatalf("%d dead letters left, want 2", got)
+	}
+}
+
+func TestDLQMissingQueue(t *testing.T) {
+	t.Parallel()
+	u := rabbitURL(t)
+	q := "idemtest.cli.absent." + randomSuffix()
+	wantExit(t, runCLI(t, nil, "dlq", "list", "--amqp", u, "--queue", q), exitFailure,
+		`dead-letter queue "`+q+`.dlq" does not exist`)
+	wantExit(t, runCLI(t, nil, "dlq", "list", "--amqp", u, "--queue", q+".dlq"), exitFailure,
+		"does not exist", "try --queue "+q)
+	wantExit(t, runCLI(t, nil, "dlq", "purge", "--yes", "--amqp", u, "--dlq", q), exitFailure,
+		`dead-letter queue "`+q+`" does not exist`)
+}
+
+// TestDLQCommandLine needs no broker: every check happens before dialling,
+// and an unreachable broker is one line with a hint.
+func TestDLQCommandLine(t *testing.T) {
+	t.Parallel()
+	const down = "amqp://guest:s3cret@127.0.0.1:1/"
+	r := runCLI(t, nil, "dlq", "list", "--amqp", down, "--queue", "orders")
+	wantExit(t, r, exitFailure, "cannot connect to RabbitMQ", "127.0.0.1:1", "IDEM_AMQP_URL")
+	if strings.Contains(r.Stderr, "s3cret") {
+		t.Errorf("the password leaked: %s", r.Stderr)
+	}
+	// The environment is the fallback for both flags.
+	r = runCLI(t, map[string]string{"IDEM_AMQP_URL": down, "IDEM_AMQP_QUEUE": "orders"}, "dlq", "amqp", "show", "x")
+	wantExit(t, r, exitFailure, "cannot connect to RabbitMQ")
+
+	tests := []struct {
+		args  []string
+		wants []string
+	}{
+		{[]string{"dlq"}, []string{"missing subcommand", "amqp, list, purge, redrive, show"}},
+		{[]string{"dlq", "list", "--queue", "q"}, []string{"missing --amqp"}},
+		{[]string{"dlq", "list", "--amqp", down}, []string{"missing --queue"}},
+		{[]string{"dlq", "list", "--amqp", "http://x", "--queue", "q"}, []string{"not an amqp://"}},
+		{[]string{"dlq", "list", "--amqp", down, "--queue", "q", "--limit", "0"}, []string{"--limit"}},
+		{[]string{"dlq", "show", "--amqp", down, "--queue", "q"}, []string{"accepts 1 arg"}},
+		{[]string{"dlq", "redrive", "--amqp", down, "--queue", "q"}, []string{"choose what to redrive"}},
+		{[]string{"dlq", "redrive", "--all", "--reason", "x", "--amqp", down, "--queue", "q"}, []string{"only one of"}},
+		{[]string{"dlq", "purge", "--amqp", down, "--queue", "q"}, []string{"q.dlq", "add --yes"}},
+	}
+	for _, tt := range tests {
+		wantExit(t, runCLI(t, nil, tt.args...), exitUsage, tt.wants...)
+	}
+
+	r = runCLI(t, nil, "dlq", "list", "--help")
+	wantExit(t, r, exitOK)
+	for _, w := range []string{"--fail-if-any", "exits 3", "(env IDEM_AMQP_URL)", "--json", "--limit"} {
+		if !strings.Contains(r.Stdout, w) {
+			t.Errorf("dlq list --help lacks %q", w)
+		}
+	}
+}
+
+func TestCell(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                 "-",
+		"plain":            "plain",
+		"a\nb\x1b[2Jc":     "a b [2Jc",
+		"abcdefghijklmnop": "abcdefghi…",
+	} {
+		if got := cell(in, 10); got != want {
+			t.Errorf("cell(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := headerValue(amqp.Table{"b": int64(2), "a": []any{"x", time.Unix(0, 0)}}); got != "{a=[x, 1970-01-01T00:00:00Z] b=2}" {
+		t.Errorf("headerValue = %q", got)
+	}
+	if _, ok := printableText([]byte("héllo\n")[:2]); !ok {
+		t.Error("text cut inside a rune is not text")
+	}
+	if _, ok := printableText([]byte{0, 1}); ok {
+		t.Error("binary is text")
+	}
+}
