@@ -47,14 +47,17 @@ func newInboxQueries(schema string) inboxQueries {
 	// LOCKED), so concurrent workers never wait on each other. Locking
 	// re-checks the WHERE clause against the newest row version, so a row
 	// completed since the snapshot is not taken over.
+	//
+	// The outer UPDATE matches the locked ids with id = ANY(ARRAY(…)) rather
+	// than a join: pgx prepares statements, and a generic plan cannot see
+	// the LIMIT and would hash-join the whole table.
 	claim := func(extra string) string {
-		return `WITH due AS (
+		return `UPDATE ` + t + ` AS i SET state = 'running', token = nextval($3::regclass),
+	next_attempt_at = now() + $2 * interval '1 microsecond'
+WHERE i.id = ANY(ARRAY(
 	SELECT id FROM ` + t + ` AS i
 	WHERE state IN ('pending', 'running') AND next_attempt_at <= now()` + extra + `
-	ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
-UPDATE ` + t + ` AS i SET state = 'running', token = nextval($3::regclass),
-	next_attempt_at = now() + $2 * interval '1 microsecond'
-FROM due WHERE i.id = due.id
+	ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED))
 RETURNING ` + inboxColumns("i.")
 	}
 	// A row whose selection touches its own dead rows would block the key
@@ -62,8 +65,8 @@ RETURNING ` + inboxColumns("i.")
 	ordered := `
 	AND (i.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM ` + t + ` AS e
 		WHERE e.ordering_key = i.ordering_key AND e.id < i.id AND e.state IN ('pending', 'running')))`
-	leases := `FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
-WHERE i.id = l.id AND i.token = l.token AND i.state = 'running'`
+	leases := `WHERE i.id = ANY($1) AND i.state = 'running'
+	AND (i.id, i.token) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))`
 	// The selection is bounded and re-run until empty, so redriving or
 	// discarding a large dead set never holds one long transaction.
 	deadBatch := `i.id = ANY(ARRAY(SELECT id FROM ` + t + ` WHERE state = 'dead' AND ($2 OR id = ANY($1))
