@@ -37,6 +37,7 @@ type env struct {
 	seeds   []string
 	topic   string
 	store   *idemsqlite.Store
+	admin   *kgo.Client
 }
 
 func newEnv(t *testing.T, partitions int32) *env {
@@ -55,7 +56,9 @@ func newEnv(t *testing.T, partitions int32) *env {
 	if _, err := st.DB().Exec(`CREATE TABLE effects (key TEXT NOT NULL, value BLOB NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	return &env{cluster: c, seeds: c.ListenAddrs(), topic: topic, store: st}
+	e := &env{cluster: c, seeds: c.ListenAddrs(), topic: topic, store: st}
+	e.admin = e.client(t)
+	return e
 }
 
 // client returns a plain client (idempotent producer, franz-go's default).
@@ -163,21 +166,20 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
 // committed returns the group's committed offset per partition.
 func (e *env) committed(t *testing.T, group string) map[int32]int64 {
 	t.Helper()
-	cl := e.client(t)
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Group = group
 	rt := kmsg.NewOffsetFetchRequestTopic()
 	rt.Topic = e.topic
 	rt.Partitions = []int32{0, 1, 2, 3}
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), cl)
+	resp, err := req.RequestWith(context.Background(), e.admin)
 	if err != nil {
 		t.Fatal(err)
 	}
