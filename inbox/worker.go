@@ -201,7 +201,8 @@ func (w *Worker[Tx]) Handle(eventType string, h Handler[Tx]) error {
 
 // Start launches the worker loops and the purge loop. Cancelling ctx is a
 // hard stop: running handlers see a cancelled context and their rows are
-// released. Use [Worker.Stop] for a graceful one.
+// released. Use [Worker.Stop] for a graceful one. A Worker starts once;
+// after Stop, create a new one.
 func (w *Worker[Tx]) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

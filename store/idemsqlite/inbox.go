@@ -17,6 +17,12 @@ import (
 // with [Store.Inbox]. Claims, completions and failures go through the
 // store's write queue, so they run one at a time within a process and SQLite
 // arbitrates between processes (BEGIN IMMEDIATE).
+//
+// A handler runs inside its completing transaction, which holds SQLite's
+// write lock: handlers on one database file run one at a time, whatever the
+// number of workers, and heartbeats wait for them. Keep handlers short and
+// the worker's Lease well above a handler's duration; use PostgreSQL when
+// handlers must run in parallel.
 type Inbox struct{ s *Store }
 
 var _ inbox.Backend[*sql.Tx] = (*Inbox)(nil)
