@@ -8,7 +8,7 @@
 // Flags: --quick (every scenario once at a small size), --runs N (default
 // 5), --out, --charts, --postgres (default $IDEM_POSTGRES_URL), --redis
 // (default $IDEM_REDIS_URL), --only (substring filter on group or name),
-// --load-note (recorded in the report).
+// --load-note (recorded in the report), --cpuprofile FILE.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/idem-go/idem/bench"
@@ -39,6 +40,7 @@ func run() error {
 	flag.StringVar(&cfg.RedisURL, "redis", os.Getenv("IDEM_REDIS_URL"), "Redis URL")
 	flag.StringVar(&cfg.LoadNote, "load-note", "", "note on other load on the machine, recorded in the report")
 	only := flag.String("only", "", "run only scenarios whose group or name contains this")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -50,6 +52,17 @@ func run() error {
 		cfg.Filter = func(s *bench.Scenario) bool {
 			return strings.Contains(s.Group, *only) || strings.Contains(s.Name, *only)
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	cfg.Command = "go run ./cmd/idembench " + strings.Join(os.Args[1:], " ")
 	cfg.Progress = os.Stderr
