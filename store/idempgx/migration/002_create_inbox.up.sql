@@ -26,8 +26,10 @@ CREATE TABLE idem_inbox (
 );
 
 -- Claims scan only unfinished rows, however many processed and dead rows the
--- table holds.
-CREATE INDEX idem_inbox_due_idx ON idem_inbox (next_attempt_at)
+-- table holds. The id column makes the claim's ORDER BY an index order even
+-- when thousands of rows share one time (a batch received in one
+-- transaction gets one now()).
+CREATE INDEX idem_inbox_due_idx ON idem_inbox (next_attempt_at, id)
     WHERE state IN ('pending', 'running');
 
 -- Ordered mode looks for an earlier unfinished row of the same key.

@@ -25,7 +25,7 @@ CREATE TABLE idem_inbox (
     UNIQUE (source, message_id)
 );
 
-CREATE INDEX idem_inbox_due_idx ON idem_inbox (next_attempt_at)
+CREATE INDEX idem_inbox_due_idx ON idem_inbox (next_attempt_at, id)
     WHERE state IN ('pending', 'running');
 
 CREATE INDEX idem_inbox_ordering_idx ON idem_inbox (ordering_key, id)
