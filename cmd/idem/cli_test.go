@@ -309,15 +309,16 @@ func testKeysLifecycle(t *testing.T, storeArgs []string, open func(t *testing.T)
 	wantExit(t, cli("keys", "get", "--scope", "payments", key), exitFailure, "not found")
 	wantExit(t, cli("keys", "delete", "--scope", "payments", key), exitFailure, "not found")
 
-	r = cli("migrate", "down")
+	// Revert every migration, however many later features have added.
+	r = cli("migrate", "down", "--steps", "1000")
 	wantExit(t, r, exitOK)
-	if !strings.Contains(r.Stdout, "reverted migrations 1") {
+	if !strings.Contains(r.Stdout, "reverted migrations ") || !strings.Contains(r.Stdout, "1 in ") {
 		t.Fatalf("migrate down printed %q", r.Stdout)
 	}
-	wantExit(t, cli("keys", "get", "k"), exitFailure, "not migrated", "at version 0 of 1", "run: idem migrate up --store")
+	wantExit(t, cli("keys", "get", "k"), exitFailure, "not migrated", "at version 0 of ", "run: idem migrate up --store")
 	r = cli("migrate", "status")
 	wantExit(t, r, exitOK)
-	if !strings.Contains(r.Stdout, "pending") || !strings.Contains(r.Stdout, "1 pending; run: idem migrate up") {
+	if !strings.Contains(r.Stdout, "pending") || !strings.Contains(r.Stdout, " pending; run: idem migrate up") {
 		t.Fatalf("migrate status after down printed:\n%s", r.Stdout)
 	}
 	r = cli("migrate", "down")
