@@ -1,5 +1,6 @@
 // Command idem is the idem command-line tool: the demo, schema migrations,
-// inspection of stored keys and (in later files) the HTTP proxy.
+// inspection of stored keys, the Idempotency-Key proxy, the retry-storm
+// simulator, the inbox and dead-letter tools.
 //
 // # Configuration
 //
@@ -10,7 +11,7 @@
 // in the DSN, so that the same DSN works for the application and the CLI and
 // the hints the CLI prints ("run: idem migrate up …") name it explicitly.
 // Exit status: 0 success, 1 the command failed, 2 the command line was
-// wrong. Errors are one line on stderr, never a stack trace or usage dump.
+// wrong, 3 a check found something to alert on (dlq list --fail-if-any). Errors are one line on stderr, never a stack trace or usage dump.
 //
 // # Adding a subcommand
 //
