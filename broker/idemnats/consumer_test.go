@@ -133,7 +133,7 @@ func TestDuplicateStormAcrossConsumers(t *testing.T) {
 		}
 	}
 	pub := idemnats.NewPublisher(e.js)
-	const n = 200
+	const n = 100
 	for i := range n {
 		body := fmt.Appendf(nil, `{"i":%d}`, i)
 		for range 3 { // producer retries: the stream drops them
@@ -142,7 +142,7 @@ func TestDuplicateStormAcrossConsumers(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 20*time.Second, "every delivery", func() bool {
+	eventually(t, 45*time.Second, "every delivery", func() bool {
 		s := counters.Snapshot()
 		return s.Processed+s.Duplicate == 3*n
 	})

@@ -1,0 +1,5 @@
+//go:build !race
+
+package idemnats_test
+
+const raceEnabled = false
