@@ -52,6 +52,15 @@
 // are reset re-reads everything still in the log. The error names both
 // numbers.
 //
+// # Throughput
+//
+// BenchmarkPostgresEffects consumes 2,000 records from kfake into a
+// PostgreSQL effect on a 2-core machine: one ProcessBatch per partition
+// fetch ran 13,228 records/s, one Process transaction per record 335
+// records/s — about 39× (go test -run '^$' -bench PostgresEffects
+// -benchtime 3x, IDEM_POSTGRES_URL set). The per-record cost is one
+// commit, and its fsync, per record.
+//
 // # Tests
 //
 // The tests run against franz-go's in-process kfake cluster; no Kafka
