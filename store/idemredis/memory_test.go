@@ -30,6 +30,13 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	if err != nil || held.Outcome != idem.Acquired {
 		t.Fatalf("Claim before OOM: %v %v", held.Outcome, err)
 	}
+	done, err := s.Claim(ctx, idem.ClaimRequest{Scope: "oom", Key: "done", Lease: time.Minute})
+	if err != nil || done.Outcome != idem.Acquired {
+		t.Fatalf("Claim before OOM: %v %v", done.Outcome, err)
+	}
+	if err := s.Complete(ctx, idem.CompleteRequest{Scope: "oom", Key: "done", Token: done.Token, Result: []byte("kept"), Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
 	// Put the server over its limit: 1 MiB of data, then maxmemory 1mb
 	// (an empty server already uses most of that).
 	fill := strings.Repeat("x", 256<<10)
@@ -42,6 +49,15 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	_, err = s.Claim(ctx, idem.ClaimRequest{Scope: "oom", Key: "new", Lease: time.Minute})
 	if !errors.Is(err, idemredis.ErrOutOfMemory) || !idem.IsRetryable(err) {
 		t.Fatalf("Claim under OOM: want a retryable ErrOutOfMemory, got %v", err)
+	}
+	// Reading needs no memory: a completed record is still replayed and a
+	// live lease still reported.
+	if cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "oom", Key: "done", Lease: time.Minute}); err != nil ||
+		cl.Outcome != idem.Completed || string(cl.Record.Result) != "kept" {
+		t.Fatalf("replay under OOM: %+v %v", cl, err)
+	}
+	if cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "oom", Key: "held", Lease: time.Minute}); err != nil || cl.Outcome != idem.InProgress {
+		t.Fatalf("claim of a held key under OOM: %+v %v", cl, err)
 	}
 	err = s.Complete(ctx, idem.CompleteRequest{Scope: "oom", Key: "held", Token: held.Token, Result: []byte("r"), Retention: time.Hour})
 	if !errors.Is(err, idemredis.ErrOutOfMemory) {

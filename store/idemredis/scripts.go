@@ -51,14 +51,29 @@ const (
 // acquired, {outcome, record} otherwise, where outcome is idem.InProgress
 // (2), idem.Completed (3) or idem.Mismatch (4), or {0} when the key holds a
 // record of another format.
+//
+// The usual claim is of a fresh key, so the script first tries SET NX GET,
+// which writes a fresh record and reports an existing one in a single
+// command: a fresh claim is TIME + SET. Only an existing value (a record or
+// a stub) takes the slow path, which rewrites it with SET. When Redis is out
+// of memory, SET NX GET is refused even for a key that exists; the script
+// then reads with GET, so a completed record is still replayed, and any
+// write it would need fails with the OOM error: nothing is claimed.
 const claimScript = `
 local t = redis.call('TIME')
-local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.floor(nowus / 1000)
-local tok = nowus
+local tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(tok / 1000)
+local le = now + tonumber(ARGV[2])
+local ex = le + tonumber(ARGV[3])
+local pxat = string.format('%.0f', ex)
+local cur = redis.pcall('SET', KEYS[1], string.format('1p00%020.0f%016.0f%016.0f0000000000000000%016.0f', tok, now, le, ex) ..
+  ARGV[1], 'NX', 'GET', 'PXAT', pxat)
+if not cur then return {1, tok, le, 0} end
+if type(cur) == 'table' then
+  cur = redis.call('GET', KEYS[1])
+end
 local takeover = 0
-local ca
-local cur = redis.call('GET', KEYS[1])
+local ca = now
 if cur then
   if #cur < 24 or string.byte(cur, 1) ~= 49 then return {0} end
   local n = tonumber(string.sub(cur, 5, 24))
@@ -70,16 +85,14 @@ if cur then
     if string.sub(cur, 89, 120) ~= string.sub(ARGV[1], 1, 32) then return {4, cur} end
     if st == 'c' then return {3, cur} end
     local lease = tonumber(string.sub(cur, 41, 56))
-    if not lease then return {0} end
+    ca = tonumber(string.sub(cur, 25, 40))
+    if not lease or not ca then return {0} end
     if lease > now then return {2, cur} end
     takeover = 1
-    ca = string.sub(cur, 25, 40)
   end
 end
-local le = now + tonumber(ARGV[2])
-local ex = le + tonumber(ARGV[3])
-redis.call('SET', KEYS[1], string.format('1p00%020.0f', tok) .. (ca or string.format('%016.0f', now)) ..
-  string.format('%016.0f0000000000000000%016.0f', le, ex) .. ARGV[1], 'PXAT', string.format('%.0f', ex))
+redis.call('SET', KEYS[1], string.format('1p00%020.0f%016.0f%016.0f0000000000000000%016.0f', tok, ca, le, ex) ..
+  ARGV[1], 'PXAT', pxat)
 return {1, tok, le, takeover}
 `
 
