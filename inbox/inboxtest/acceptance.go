@@ -23,7 +23,7 @@ import (
 // Environment knobs of the acceptance test, so CI stays fast and a manual
 // run can go large (IDEM_INBOX_MESSAGES=50000).
 const (
-	EnvMessages = "IDEM_INBOX_MESSAGES" // messages received; default 5000
+	EnvMessages = "IDEM_INBOX_MESSAGES" // messages received; default 5000 (1000 under -race)
 	EnvProcs    = "IDEM_INBOX_PROCS"    // worker processes; default 4
 	EnvWorkers  = "IDEM_INBOX_WORKERS"  // worker loops per process; default 8
 	EnvKills    = "IDEM_INBOX_KILLS"    // SIGKILL + restart rounds; default 4
@@ -66,7 +66,11 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // effects table: every processed message has exactly one effect, every dead
 // one (after AcceptanceMaxAttempts) none, and no message is lost.
 func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) {
-	n := envInt(EnvMessages, 5000)
+	defaultN := 5000
+	if raceEnabled {
+		defaultN = 1000
+	}
+	n := envInt(EnvMessages, defaultN)
 	procs := envInt(EnvProcs, 4)
 	kills := envInt(EnvKills, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package inboxtest
+
+const raceEnabled = false
