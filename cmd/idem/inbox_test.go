@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -11,7 +10,9 @@ import (
 
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/retry"
+	"github.com/idem-go/idem/store/idempgx"
 	"github.com/idem-go/idem/store/idemsqlite"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestInboxCommands drives stats, dead, show, redrive and discard over a
@@ -24,20 +25,46 @@ func TestInboxCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ib := s.Inbox()
+	seedInbox(t, s.Inbox())
+	checkInboxCommands(t, map[string]string{"IDEM_STORE": dsn}, s.Inbox())
+}
+
+// TestInboxCommandsPostgres is the same over PostgreSQL, in its own schema.
+func TestInboxCommandsPostgres(t *testing.T) {
+	t.Parallel()
+	url := postgresURL(t)
+	schema := testSchema(t, url)
+	env := map[string]string{"IDEM_STORE": url, "IDEM_SCHEMA": schema}
+	wantExit(t, runCLI(t, env, "migrate", "up"), exitOK)
+	pool, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := idempgx.New(pool, &idempgx.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedInbox(t, s.Inbox())
+	checkInboxCommands(t, env, s.Inbox())
+}
+
+// seedInbox leaves one processed message (row 1) and three dead ones.
+func seedInbox[Tx any](t *testing.T, ib inbox.Backend[Tx]) {
+	t.Helper()
 	for i, typ := range []string{"ok", "bad", "bad", "bad"} {
 		m := inbox.Message{Source: "orders", ID: "m-" + string(rune('a'+i)), Type: typ, Payload: []byte("{}")}
 		if _, err := ib.Receive(t.Context(), m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	w, err := inbox.NewWorker(ib, &inbox.Config{Workers: 1, PurgeInterval: -1,
+	w, err := inbox.NewWorker[Tx](ib, &inbox.Config{Workers: 1, PurgeInterval: -1,
 		Retry: &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = w.Handle("ok", func(context.Context, *sql.Tx, inbox.Message) error { return nil })
-	_ = w.Handle("bad", func(context.Context, *sql.Tx, inbox.Message) error { return errors.New("card\ndeclined") })
+	_ = w.Handle("ok", func(context.Context, Tx, inbox.Message) error { return nil })
+	_ = w.Handle("bad", func(context.Context, Tx, inbox.Message) error { return errors.New("card\ndeclined") })
 	for {
 		n, err := w.RunOnce(t.Context())
 		if err != nil {
@@ -49,7 +76,10 @@ func TestInboxCommands(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	env := map[string]string{"IDEM_STORE": dsn}
+}
+
+func checkInboxCommands(t *testing.T, env map[string]string, ib inbox.Admin) {
+	t.Helper()
 
 	r := runCLI(t, env, "inbox", "stats")
 	wantExit(t, r, exitOK)
