@@ -16,8 +16,11 @@ import (
 )
 
 func ExampleContentID() {
-	fmt.Println(idemnats.ContentID([]byte(`{"order":42}`)) == idemnats.ContentID([]byte(`{"order":42}`)))
-	fmt.Println(idemnats.ContentID([]byte(`{"order":42}`)) == idemnats.ContentID([]byte(`{"order":43}`)))
+	first := idemnats.ContentID([]byte(`{"order":42}`))
+	retried := idemnats.ContentID([]byte(`{"order":42}`))
+	changed := idemnats.ContentID([]byte(`{"order":43}`))
+	fmt.Println(first == retried)
+	fmt.Println(first == changed)
 	// Output:
 	// true
 	// false
