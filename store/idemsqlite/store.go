@@ -3,6 +3,7 @@ package idemsqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,12 +42,22 @@ type Store struct {
 	maxResult int
 	logger    *slog.Logger
 	closed    atomic.Bool
-	// writeLock queues this store's write transactions in Go. SQLite's busy
+	// writes queues this store's write transactions in Go. SQLite's busy
 	// handler polls with growing sleeps and is not fair: with dozens of
 	// goroutines on a loaded machine one waiter can lose every poll until
-	// busy_timeout runs out. A channel hands the lock over in order, so
-	// SQLite only arbitrates between processes (or other pools).
-	writeLock chan struct{}
+	// busy_timeout runs out. The queue hands the lock over in order, lease
+	// holders first, so SQLite only arbitrates between processes (or other
+	// pools).
+	writes writeQueue
+	// writer is the connection the queued write transactions run on, held
+	// while the write lock is. With its own connection a writer never waits
+	// for the pool, which a burst of concurrent reads (conflicting claims,
+	// replays) can empty.
+	writer *sql.Conn
+	// claimReads bounds the claims reading outside the write queue at once,
+	// so that a burst of them leaves CPU and pool connections to the
+	// writers.
+	claimReads chan struct{}
 	// now is the store clock: for an embedded database it is the process
 	// clock, read once per transaction.
 	now func() time.Time
@@ -89,7 +100,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 
 func newStore(ctx context.Context, db *sql.DB, cfg *Config) (*Store, error) {
 	s := &Store{db: db, maxResult: idem.DefaultMaxResultBytes, logger: slog.Default(), now: time.Now,
-		writeLock: make(chan struct{}, 1)}
+		claimReads: make(chan struct{}, 2)}
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -148,10 +159,21 @@ func (s *Store) Durable() bool { return true }
 // Close closes the database if [Open] opened it. Later calls fail with
 // idem.ErrClosed.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) || !s.ownDB {
+	if s.closed.Swap(true) {
 		return nil
 	}
-	return s.db.Close()
+	// Wait for the write in flight, then hand the writer connection back.
+	_ = s.writes.lock(context.Background(), true)
+	var err error
+	if s.writer != nil {
+		err = s.writer.Close()
+		s.writer = nil
+	}
+	s.writes.unlock()
+	if !s.ownDB {
+		return err
+	}
+	return errors.Join(err, s.db.Close())
 }
 
 func (s *Store) checkOpen() error {
@@ -174,16 +196,25 @@ func fromMicros(v sql.NullInt64) time.Time {
 // inTx runs fn in one transaction (BEGIN IMMEDIATE with [OpenDB]'s DSN)
 // with the store clock read once, and commits when fn returns nil.
 func (s *Store) inTx(ctx context.Context, what string, fn func(tx *sql.Tx, now int64) error) error {
+	return s.runTx(ctx, what, false, fn)
+}
+
+// inHolderTx is inTx for a lease holder (Extend, Complete, Release): it
+// goes ahead of every queued claim, so that a burst of retries cannot delay
+// a heartbeat past the end of a short lease.
+func (s *Store) inHolderTx(ctx context.Context, what string, fn func(tx *sql.Tx, now int64) error) error {
+	return s.runTx(ctx, what, true, fn)
+}
+
+func (s *Store) runTx(ctx context.Context, what string, holder bool, fn func(tx *sql.Tx, now int64) error) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	select {
-	case s.writeLock <- struct{}{}:
-		defer func() { <-s.writeLock }()
-	case <-ctx.Done():
-		return fmt.Errorf("idemsqlite: %s: waiting for the write lock: %w", what, context.Cause(ctx))
+	if err := s.writes.lock(ctx, holder); err != nil {
+		return fmt.Errorf("idemsqlite: %s: waiting for the write lock: %w", what, err)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	defer s.writes.unlock()
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return fmt.Errorf("idemsqlite: %s: begin: %w", what, classify(err))
 	}
@@ -195,6 +226,30 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(tx *sql.Tx, now i
 		return fmt.Errorf("idemsqlite: %s: commit: %w", what, classify(err))
 	}
 	return nil
+}
+
+// beginWrite begins a transaction on the writer connection, opening it
+// first or again after it broke. The caller holds the write lock.
+func (s *Store) beginWrite(ctx context.Context) (*sql.Tx, error) {
+	if err := s.checkOpen(); err != nil {
+		// Close ran while this write waited: do not take a connection
+		// that nobody would hand back.
+		return nil, err
+	}
+	if s.writer != nil {
+		tx, err := s.writer.BeginTx(ctx, nil)
+		if !errors.Is(err, sql.ErrConnDone) && !errors.Is(err, driver.ErrBadConn) {
+			return tx, err
+		}
+		_ = s.writer.Close()
+		s.writer = nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.writer = conn
+	return conn.BeginTx(ctx, nil)
 }
 
 // errRollback makes inTx roll back without it being a failure.
@@ -242,16 +297,41 @@ func getRecord(ctx context.Context, q queryRower, scope, key string) (rec idem.R
 }
 
 // Claim implements idem.Store.
+//
+// A claim that cannot acquire (the key is in progress, completed or
+// mismatched) is answered from a plain read, outside the write queue: a
+// burst of retries then neither waits for nor delays the writers, above all
+// the holder's heartbeat. Only a claim that may acquire takes the write
+// lock, and it decides again inside its transaction.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := idem.ValidateClaim(req); err != nil {
 		return idem.Claim{}, err
 	}
+	if err := s.checkOpen(); err != nil {
+		return idem.Claim{}, err
+	}
+	select {
+	case s.claimReads <- struct{}{}:
+	case <-ctx.Done():
+		return idem.Claim{}, fmt.Errorf("idemsqlite: claim: %w", context.Cause(ctx))
+	}
+	rec, found, err := getRecord(ctx, s.db, req.Scope, req.Key)
+	<-s.claimReads
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	// The clock is read after the row: a lease still live now was live
+	// when the row was read, so InProgress is never answered for a lease
+	// that had already expired.
+	if out, ok := refuse(req, rec, found, micros(s.now())); ok {
+		return out, nil
+	}
 	var out idem.Claim
-	err := s.inTx(ctx, "claim", func(tx *sql.Tx, now int64) error {
+	err = s.inTx(ctx, "claim", func(tx *sql.Tx, now int64) error {
 		// Bump the counter first: the transaction's first statement is a
 		// write, so it waits for the write lock (busy_timeout) even on a
 		// *sql.DB opened without _txlock=immediate. A claim that acquires
-		// nothing rolls the bump back.
+		// nothing rolls the bump back, which writes nothing to the WAL.
 		var token int64
 		if err := tx.QueryRowContext(ctx, "UPDATE idem_token_counter SET value = value + 1 WHERE id = 1 RETURNING value").Scan(&token); err != nil {
 			return fmt.Errorf("idemsqlite: claim: next token: %w", classify(err))
@@ -260,25 +340,14 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		if err != nil {
 			return err
 		}
+		if refused, ok := refuse(req, rec, found, now); ok {
+			out = refused
+			return errRollback
+		}
 		createdAt := now
-		if found {
-			expired := rec.State == idem.StateCompleted && micros(rec.ExpiresAt) <= now
-			switch {
-			case expired:
-				// Past its retention the record counts as absent.
-			case rec.Fingerprint != req.Fingerprint:
-				out = idem.Claim{Outcome: idem.Mismatch, Record: &rec}
-				return errRollback
-			case rec.State == idem.StateCompleted:
-				out = idem.Claim{Outcome: idem.Completed, Record: &rec}
-				return errRollback
-			case micros(rec.LeaseExpiresAt) > now:
-				out = idem.Claim{Outcome: idem.InProgress, Record: &rec}
-				return errRollback
-			default:
-				out.Takeover = true
-				createdAt = micros(rec.CreatedAt)
-			}
+		if found && !completedAndExpired(rec, now) {
+			out.Takeover = true
+			createdAt = micros(rec.CreatedAt)
 		}
 		leaseEnd := now + req.Lease.Microseconds()
 		_, err = tx.ExecContext(ctx, `INSERT INTO idem_records (`+recordColumns+`)
@@ -303,6 +372,31 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return out, nil
 }
 
+// completedAndExpired reports a completed record past its retention, which
+// counts as absent.
+func completedAndExpired(rec idem.Record, now int64) bool {
+	return rec.State == idem.StateCompleted && micros(rec.ExpiresAt) <= now
+}
+
+// refuse decides whether a claim for req, finding rec (if found) at time
+// now, must not acquire, and with which outcome: Mismatch, Completed or
+// InProgress. ok is false when the key is free to acquire: absent, expired,
+// or in progress with an expired lease (a takeover).
+func refuse(req idem.ClaimRequest, rec idem.Record, found bool, now int64) (out idem.Claim, ok bool) {
+	if !found || completedAndExpired(rec, now) {
+		return idem.Claim{}, false
+	}
+	switch {
+	case rec.Fingerprint != req.Fingerprint:
+		return idem.Claim{Outcome: idem.Mismatch, Record: &rec}, true
+	case rec.State == idem.StateCompleted:
+		return idem.Claim{Outcome: idem.Completed, Record: &rec}, true
+	case micros(rec.LeaseExpiresAt) > now:
+		return idem.Claim{Outcome: idem.InProgress, Record: &rec}, true
+	}
+	return idem.Claim{}, false
+}
+
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if err := idem.ValidateComplete(req); err != nil {
@@ -317,7 +411,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if result == nil && !tombstone {
 		result = []byte{}
 	}
-	return s.inTx(ctx, "complete", func(tx *sql.Tx, now int64) error {
+	return s.inHolderTx(ctx, "complete", func(tx *sql.Tx, now int64) error {
 		res, err := tx.ExecContext(ctx, `UPDATE idem_records SET state = 'completed', result = ?, failed = ?, tombstone = ?,
 	lease_expires_at = NULL, completed_at = ?, expires_at = ?
 	WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'`,
@@ -348,7 +442,7 @@ func (s *Store) Release(ctx context.Context, scope, key string, token int64) err
 	if err := idem.Validate(scope, key); err != nil {
 		return err
 	}
-	return s.inTx(ctx, "release", func(tx *sql.Tx, _ int64) error {
+	return s.inHolderTx(ctx, "release", func(tx *sql.Tx, _ int64) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'", scope, key, token)
 		return s.leaseHeld(res, err, "release", scope, key, token)
 	})
@@ -363,7 +457,7 @@ func (s *Store) Extend(ctx context.Context, scope, key string, token int64, leas
 		return time.Time{}, fmt.Errorf("%w: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
 	}
 	var until int64
-	err := s.inTx(ctx, "extend", func(tx *sql.Tx, now int64) error {
+	err := s.inHolderTx(ctx, "extend", func(tx *sql.Tx, now int64) error {
 		until = now + lease.Microseconds()
 		res, err := tx.ExecContext(ctx, `UPDATE idem_records SET lease_expires_at = ?, expires_at = ?
 	WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'`, until, until, scope, key, token)
