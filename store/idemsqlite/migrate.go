@@ -8,11 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/idem-go/idem/internal/migration"
 )
 
 //go:embed migration/*.sql
@@ -28,16 +26,12 @@ const (
 	DirectionDown Direction = "down"
 )
 
-// Migration is one embedded, numbered schema change.
-type Migration struct {
-	// Version is the migration's number; versions are applied in order.
-	Version int
-	// Name is the descriptive part of the file name, e.g. "create_records".
-	Name string
-	// Up and Down are the SQL that apply and revert the migration.
-	Up, Down string
-}
+// Migration is one embedded, numbered schema change: its Version (applied
+// in order), its Name (the descriptive part of the file name, e.g.
+// "create_records") and the Up and Down SQL.
+type Migration = migration.Migration
 
+// migrations is the parsed content of migration/, sorted by version.
 var migrations = mustLoadMigrations(migrationFS)
 
 func mustLoadMigrations(fsys fs.FS) []Migration {
@@ -48,67 +42,12 @@ func mustLoadMigrations(fsys fs.FS) []Migration {
 	return ms
 }
 
-// loadMigrations reads migration/NNN_name.(up|down).sql and checks that
-// every version has both directions and that versions run 1..n without gaps,
-// so a packaging mistake fails at init, not half-way through a migration.
 func loadMigrations(fsys fs.FS) ([]Migration, error) {
-	entries, err := fs.ReadDir(fsys, "migration")
+	ms, err := migration.Load(fsys, "migration")
 	if err != nil {
-		return nil, fmt.Errorf("idemsqlite: read migrations: %w", err)
+		return nil, fmt.Errorf("idemsqlite: %w", err)
 	}
-	byVersion := map[int]*Migration{}
-	for _, e := range entries {
-		file := e.Name()
-		base, ok := strings.CutSuffix(file, ".sql")
-		if !ok {
-			continue
-		}
-		var up bool
-		switch {
-		case strings.HasSuffix(base, ".up"):
-			up, base = true, strings.TrimSuffix(base, ".up")
-		case strings.HasSuffix(base, ".down"):
-			base = strings.TrimSuffix(base, ".down")
-		default:
-			return nil, fmt.Errorf("idemsqlite: migration %s: name must end in .up.sql or .down.sql", file)
-		}
-		num, name, ok := strings.Cut(base, "_")
-		version, err := strconv.Atoi(num)
-		if !ok || err != nil || version <= 0 {
-			return nil, fmt.Errorf("idemsqlite: migration %s: name must start with a positive number and an underscore", file)
-		}
-		body, err := fs.ReadFile(fsys, path.Join("migration", file))
-		if err != nil {
-			return nil, fmt.Errorf("idemsqlite: read migration %s: %w", file, err)
-		}
-		m := byVersion[version]
-		if m == nil {
-			m = &Migration{Version: version, Name: name}
-			byVersion[version] = m
-		}
-		if m.Name != name {
-			return nil, fmt.Errorf("idemsqlite: migration %d has two names, %q and %q", version, m.Name, name)
-		}
-		if up {
-			m.Up = string(body)
-		} else {
-			m.Down = string(body)
-		}
-	}
-	out := make([]Migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		if m.Up == "" || m.Down == "" {
-			return nil, fmt.Errorf("idemsqlite: migration %d (%s) needs both an up and a down file", m.Version, m.Name)
-		}
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	for i, m := range out {
-		if m.Version != i+1 {
-			return nil, fmt.Errorf("idemsqlite: migration versions must be 1..n without gaps; missing %d", i+1)
-		}
-	}
-	return out, nil
+	return ms, nil
 }
 
 // Migrations returns the embedded migrations in version order.

@@ -1,0 +1,36 @@
+package migration
+
+import (
+	"testing"
+	"testing/fstest"
+)
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	fsys := func(names ...string) fstest.MapFS {
+		m := fstest.MapFS{}
+		for _, n := range names {
+			m["m/"+n] = &fstest.MapFile{Data: []byte("-- " + n)}
+		}
+		return m
+	}
+	ms, err := Load(fsys("002_b.down.sql", "001_a.up.sql", "002_b.up.sql", "001_a.down.sql", "README.md"), "m")
+	if err != nil || len(ms) != 2 || ms[0].Name != "a" || ms[1].Version != 2 || ms[1].Up != "-- 002_b.up.sql" || ms[0].Down != "-- 001_a.down.sql" {
+		t.Fatalf("Load = %+v, %v", ms, err)
+	}
+	bad := map[string]fstest.MapFS{
+		"missing down":   fsys("001_a.up.sql"),
+		"gap":            fsys("001_a.up.sql", "001_a.down.sql", "003_c.up.sql", "003_c.down.sql"),
+		"bad direction":  fsys("001_a.sideways.sql"),
+		"no number":      fsys("a_b.up.sql", "a_b.down.sql"),
+		"zero":           fsys("000_a.up.sql", "000_a.down.sql"),
+		"two names":      fsys("001_a.up.sql", "001_b.down.sql"),
+		"empty":          fsys(),
+		"no such folder": {},
+	}
+	for name, f := range bad {
+		if _, err := Load(f, "m"); err == nil {
+			t.Errorf("%s: Load succeeded", name)
+		}
+	}
+}
