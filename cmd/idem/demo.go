@@ -26,6 +26,7 @@ type demoOptions struct {
 	seed     uint64
 	messages int
 	workers  int
+	requests int
 }
 
 func newDemoCmd(a *app) *cobra.Command {
@@ -46,7 +47,14 @@ The idem consumer then runs once more with several goroutines at once and
 the copies of each message queued back to back, so duplicates race each other
 and the database serialises them.
 
-The exit status is 0 only when the idem balances are exact. The stream depends
+Then the payments HTTP API runs behind the idemhttp middleware on the same
+store (a loopback server): --requests copies of one payment POST with one
+Idempotency-Key are sent at once. Exactly one charge must happen and every
+other response must be the original's, byte for byte (retries in flight wait
+for it; a 409 is retried until it replays).
+
+The exit status is 0 only when the idem balances are exact, the payment was
+charged once and every retry replayed the original response. The stream depends
 only on --seed. --store defaults to a temporary file; IDEM_STORE is not read
 here, so the demo never writes its tables into your real store by accident.`,
 		Args: cobra.NoArgs,
@@ -62,6 +70,8 @@ here, so the demo never writes its tables into your real store by accident.`,
 	envFlag(cmd, "messages", "IDEM_DEMO_MESSAGES")
 	f.IntVar(&o.workers, "workers", 8, "goroutines of the concurrent idem run (0 skips it)")
 	envFlag(cmd, "workers", "IDEM_DEMO_WORKERS")
+	f.IntVar(&o.requests, "requests", 100, "parallel retries of one payment through the HTTP middleware (0 skips it)")
+	envFlag(cmd, "requests", "IDEM_DEMO_REQUESTS")
 	return cmd
 }
 
@@ -77,6 +87,9 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 	}
 	if o.workers < 0 || o.workers > maxDemoWorkers {
 		return usageErrorf("--workers must be between 0 and %d, got %d", maxDemoWorkers, o.workers)
+	}
+	if o.requests < 0 || o.requests > maxDemoRequests {
+		return usageErrorf("--requests must be between 0 and %d, got %d", maxDemoRequests, o.requests)
 	}
 	where := "a temporary file"
 	dsn := o.store
@@ -149,6 +162,21 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 	}
 	fmt.Fprintf(out, "OK: the idem consumer applied each of the %d payments exactly once despite %d duplicate deliveries; the naive one is off by %s.\n",
 		res.Messages, res.Deliveries-res.Messages, dollars(res.Naive-res.Expected))
+	if o.requests == 0 {
+		return nil
+	}
+
+	hr, err := runPaymentRetries(ctx, store, l.account+"/payment-1", o.requests)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nidem demo: %d parallel retries of one payment through the idemhttp middleware (same store, loopback HTTP)\n\n", o.requests)
+	writeHTTPTable(out, hr)
+	fmt.Fprintln(out)
+	if err := httpVerdict(hr); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "OK: one charge; the other %d requests got the original %d response, byte for byte.\n", hr.Requests-1, hr.Status)
 	return nil
 }
 

@@ -199,13 +199,7 @@ func verdict(r demoResult) error {
 
 // writeTable prints r as the demo's aligned table.
 func writeTable(w io.Writer, r demoResult) {
-	row := func(label, value, note string) {
-		line := fmt.Sprintf("  %-26s %14s", label, value)
-		if note != "" {
-			line += "   " + note
-		}
-		fmt.Fprintln(w, line)
-	}
+	row := func(label, value, note string) { tableRow(w, label, value, note) }
 	dups := r.Deliveries - r.Messages
 	row("messages", strconv.Itoa(r.Messages), "")
 	row("deliveries", strconv.Itoa(r.Deliveries),
@@ -225,6 +219,16 @@ func writeTable(w io.Writer, r demoResult) {
 		skipNote += fmt.Sprintf("; %d with %d workers", r.ConcurrentSkipped, r.Workers)
 	}
 	row("duplicates skipped", strconv.Itoa(r.Skipped), skipNote)
+}
+
+// tableRow prints one row of the demo's tables: values right-aligned in
+// one column, then an optional note.
+func tableRow(w io.Writer, label, value, note string) {
+	line := fmt.Sprintf("  %-26s %14s", label, value)
+	if note != "" {
+		line += "   " + note
+	}
+	fmt.Fprintln(w, line)
 }
 
 func exactNote(got, want int64) string {
