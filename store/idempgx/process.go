@@ -195,9 +195,7 @@ type recordRef struct{ scope, key string }
 // ProcessBatchTx records the dedupe rows of msgs in the caller's
 // transaction tx and returns, per message, Processed (apply its effect in
 // tx), Duplicate or Mismatched. It costs one statement to insert all of
-// them and classify the usual duplicates (completed records committed before
-// it), plus one to re-read the few that statement cannot settle (a live
-// lease, a record committed concurrently). See
+// them plus, only when some already existed, one to classify those. See
 // [Store.ProcessBatch] for the rules and [Store.ProcessTx] for isolation.
 func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Message) ([]idem.ProcessResult, error) {
 	if err := validateBatch(msgs); err != nil {
@@ -261,27 +259,10 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, msgs []idem.Message,
 	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}
-	// Per input row: was it inserted, and if not, the blocking row as the
-	// statement's snapshot saw it (NULL when it was committed after).
-	type seen struct {
-		fresh, settled bool // settled: a completed record inside its window
-		fp             idem.Fingerprint
-	}
-	byRef := make(map[recordRef]seen, len(pending))
-	var (
-		ref     recordRef
-		fresh   bool
-		state   *string
-		fp      []byte
-		expired bool
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &fresh, &state, &fp, &expired}, func() error {
-		r := seen{fresh: fresh}
-		if !fresh && state != nil && idem.State(*state) == idem.StateCompleted && !expired && len(fp) == len(r.fp) {
-			r.settled = true
-			copy(r.fp[:], fp)
-		}
-		byRef[ref] = r
+	fresh := make(map[recordRef]bool, len(pending))
+	var ref recordRef
+	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key}, func() error {
+		fresh[ref] = true
 		return nil
 	}); err != nil {
 		return nil, s.wrap("process batch", err)
@@ -289,23 +270,10 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, msgs []idem.Message,
 	var conflicted []int
 	for _, i := range pending {
 		m := &msgs[i]
-		ref := recordRef{m.Scope, m.Key}
-		r := byRef[ref]
-		switch {
-		case r.fresh:
+		if fresh[recordRef{m.Scope, m.Key}] {
 			results[i] = idem.Processed
-			stored[ref] = m.Fingerprint
-		case r.settled:
-			// A completed record inside its window cannot change under us
-			// (only Delete or a purge after expiry remove it), so the
-			// snapshot settles it: Duplicate or Mismatched.
-			if r.fp == m.Fingerprint {
-				results[i] = idem.Duplicate
-			} else {
-				results[i] = idem.Mismatched
-			}
-			stored[ref] = r.fp
-		default:
+			stored[recordRef{m.Scope, m.Key}] = m.Fingerprint
+		} else {
 			conflicted = append(conflicted, i)
 		}
 	}
@@ -323,13 +291,13 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, msgs []idem.Message,
 	}
 	found := make(map[recordRef]existing, len(conflicted))
 	var (
-		e        existing
-		curState string
-		curFP    []byte
+		e     existing
+		state string
+		fp    []byte
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &curState, &curFP, &e.live, &e.expired}, func() error {
-		e.state = idem.State(curState)
-		copy(e.fp[:], curFP)
+	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &e.live, &e.expired}, func() error {
+		e.state = idem.State(state)
+		copy(e.fp[:], fp)
 		found[ref] = e
 		return nil
 	}); err != nil {

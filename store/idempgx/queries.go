@@ -66,23 +66,13 @@ WHERE ` + takeoverCondition + `
 RETURNING true`,
 
 		// The input arrays are sorted by (scope, key) so that concurrent
-		// batches lock rows in the same order and cannot deadlock. The same
-		// statement reads the rows that blocked the insert, as they were in
-		// its snapshot, so that the common duplicate (a completed record
-		// committed before this statement) costs no second round trip; the
-		// caller re-reads anything the snapshot cannot settle.
-		processBatch: `WITH u AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
-), ins AS (
-	INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
-	SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond' FROM u
-	ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
-	WHERE ` + takeoverCondition + `
-	RETURNING r.scope, r.key
-)
-SELECT u.scope, u.key, ins.key IS NOT NULL, o.state, o.fingerprint, coalesce(o.expires_at <= now(), false)
-FROM u LEFT JOIN ins ON ins.scope = u.scope AND ins.key = u.key
-LEFT JOIN ` + t + ` AS o ON o.scope = u.scope AND o.key = u.key`,
+		// batches lock rows in the same order and cannot deadlock.
+		processBatch: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
+SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
+ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
+WHERE ` + takeoverCondition + `
+RETURNING r.scope, r.key`,
 
 		processLookup: `SELECT r.scope, r.key, r.state, r.fingerprint,
 	coalesce(r.lease_expires_at > now(), false), r.expires_at <= now()
