@@ -1,0 +1,71 @@
+// Package idemprom exports idem's hooks as Prometheus metrics.
+//
+// It lives in its own module so that the idem core stays free of the
+// Prometheus dependency. Create one [Metrics] per registry with [New], then
+// plug its hooks into the components you run:
+//
+//	m, err := idemprom.New(prometheus.DefaultRegisterer, nil)
+//	…
+//	engine, err := consume.New(process, &consume.Config{Name: "payments", Hooks: m.ConsumeHooks()})
+//	worker, err := inbox.NewWorker(backend, &inbox.Config{OnEvent: m.InboxHook()})
+//	mw, err := idemhttp.New(store, &idemhttp.Config{OnRequest: m.HTTPHook()})
+//
+// A second New on the same registry with the same namespace fails with an
+// error wrapping prometheus.AlreadyRegisteredError, and registers nothing.
+//
+// # Metrics
+//
+// With the default namespace "idem":
+//
+//	idem_consumer_deliveries_total{consumer,outcome}           counter
+//	idem_consumer_handle_seconds{consumer,outcome}             histogram
+//	idem_consumer_dead_letters_total{consumer,reason}          counter
+//	idem_consumer_infrastructure_retries_total{consumer}       counter
+//	idem_inbox_runs_total{type,outcome}                        counter
+//	idem_inbox_run_seconds{type,outcome}                       histogram
+//	idem_http_requests_total{outcome,status_class[,route]}     counter
+//	idem_http_request_duration_seconds{outcome[,route]}        histogram
+//
+// The consumer outcomes are processed, duplicate, retried, dead_lettered,
+// requeued and abandoned; dead-letter reasons are consume's Reason
+// constants; inbox outcomes are processed, retried, dead, lease_lost and
+// released; HTTP outcomes are idemhttp's Outcome values and status classes
+// are 1xx to 5xx. Anything else is reported as "other", so a new outcome in
+// idem never creates unexpected series.
+//
+// # Cardinality and privacy
+//
+// Every label comes from a small fixed set or from names in your code
+// (consumer names, inbox event types, ServeMux patterns), and the free-form
+// ones are capped by [Options.MaxLabelValues]. The idempotency key, the
+// message id, the scope and its hash, the principal and the URL path are
+// never labels: each is unbounded, so it would create a series per request
+// and exhaust Prometheus, and each may carry customer data that must not
+// leave the service in metrics. Log them (idemhttp.Event.ScopeHash is
+// meant for logs) if you need them.
+//
+// The route label is opt-in ([Options.HTTPRoute]) and uses r.Pattern, the
+// ServeMux pattern that matched ("POST /payments/{id}"), never r.URL.Path.
+// It is only set when the middleware is registered inside the mux
+// (mux.Handle(pattern, mw.Handler(h))); otherwise it reads "none".
+//
+// # Alerting on dead letters
+//
+// Zero dead letters is the normal state, so alert on any increase:
+//
+//   - alert: IdemDeadLetters
+//     expr: increase(idem_consumer_deliveries_total{outcome="dead_lettered"}[5m]) > 0
+//     labels:
+//     severity: page
+//     annotations:
+//     summary: "{{ $labels.consumer }} dead-lettered messages"
+//
+// idem_consumer_dead_letters_total says why (max_attempts, permanent,
+// id_conflict, missing_id, invalid_id). increase() only sees a counter's
+// first increment if the series existed before at zero; idemprom creates a
+// consumer's series at zero on its first delivery, and [Options.Consumers]
+// creates them at New, so a dead letter right after a restart is not missed.
+//
+// A growing rate of outcome="retried" with idem_consumer_infrastructure_retries_total
+// flat points at the handler; with it rising, at the store or the broker.
+package idemprom

@@ -1,0 +1,103 @@
+package idemprom_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/contrib/idemprom"
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/idemtest"
+)
+
+// Count idempotent HTTP requests by outcome: a first request, its retry
+// (replayed), and the key reused with another body (mismatch).
+func Example() {
+	reg := prometheus.NewRegistry()
+	m, err := idemprom.New(reg, nil)
+	if err != nil {
+		panic(err)
+	}
+	// Production code passes a durable store; the memory store is for
+	// examples and tests only.
+	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
+		Principal:       idemhttp.PrincipalFromHeader("X-User"),
+		AllowNonDurable: true,
+		OnRequest:       m.HTTPHook(),
+	})
+	if err != nil {
+		panic(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"charge":"ch_1"}`)
+	}))
+	for _, body := range []string{`{"amount":100}`, `{"amount":100}`, `{"amount":500}`} {
+		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("X-User", "alice")
+		r.Header.Set("Idempotency-Key", `"pay-1"`)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	n, _ := testutil.GatherAndCount(reg, "idem_http_requests_total")
+	fmt.Println("series:", n)
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP idem_http_requests_total Requests handled by the idemhttp middleware, by outcome and status class.
+# TYPE idem_http_requests_total counter
+idem_http_requests_total{outcome="executed",status_class="2xx"} 1
+idem_http_requests_total{outcome="mismatch",status_class="4xx"} 1
+idem_http_requests_total{outcome="replayed",status_class="2xx"} 1
+`), "idem_http_requests_total")
+	fmt.Println("compare:", err)
+	// Output:
+	// series: 3
+	// compare: <nil>
+}
+
+// Wire the consumer hooks into a consume.Engine; dead letters are counted
+// by reason, and the delivery series exist at zero from the start so that
+// an increase() alert sees the first one.
+func ExampleMetrics_ConsumeHooks() {
+	reg := prometheus.NewRegistry()
+	m, err := idemprom.New(reg, &idemprom.Options{
+		ConstLabels: prometheus.Labels{"service": "billing"},
+		Consumers:   []string{"payments"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	// In production: consume.New(process, &consume.Config{Name: "payments", Hooks: m.ConsumeHooks()}).
+	// Here the engine's reports are made by hand.
+	hooks := m.ConsumeHooks()
+	hooks.OnDelivery(context.Background(), consume.Event{Consumer: "payments", Outcome: consume.OutcomeProcessed})
+	hooks.OnDelivery(context.Background(), consume.Event{Consumer: "payments", Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonPermanent})
+
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP idem_consumer_dead_letters_total Deliveries moved to the dead letters, by reason. Normally zero.
+# TYPE idem_consumer_dead_letters_total counter
+idem_consumer_dead_letters_total{consumer="payments",reason="max_attempts",service="billing"} 0
+idem_consumer_dead_letters_total{consumer="payments",reason="permanent",service="billing"} 1
+`), "idem_consumer_dead_letters_total")
+	fmt.Println(err)
+	// Output:
+	// <nil>
+}
+
+// A second Metrics on the same registry is refused.
+func ExampleNew_duplicate() {
+	reg := prometheus.NewRegistry()
+	if _, err := idemprom.New(reg, nil); err != nil {
+		panic(err)
+	}
+	_, err := idemprom.New(reg, nil)
+	fmt.Println(err != nil)
+	// Output:
+	// true
+}

@@ -1,0 +1,336 @@
+package idemprom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/inbox"
+)
+
+// DefaultNamespace prefixes every metric name unless [Options.Namespace]
+// says otherwise.
+const DefaultNamespace = "idem"
+
+// DefaultMaxLabelValues bounds the distinct values of each free-form label
+// (consumer, inbox type, HTTP route) unless [Options.MaxLabelValues] says
+// otherwise.
+const DefaultMaxLabelValues = 100
+
+// Other replaces a label value outside its fixed set, or beyond the
+// [Options.MaxLabelValues] bound.
+const Other = "other"
+
+// Options configures [New]. A nil *Options means the defaults.
+type Options struct {
+	// Namespace prefixes every metric name. Default [DefaultNamespace].
+	Namespace string
+	// ConstLabels are added to every series (a service or cluster name).
+	// They must not collide with the variable labels.
+	ConstLabels prometheus.Labels
+	// Buckets are the histogram buckets, in seconds. Default
+	// prometheus.DefBuckets.
+	Buckets []float64
+	// MaxLabelValues bounds the distinct values each free-form label may
+	// take (consumer, inbox type, HTTP route); later values are reported as
+	// [Other]. Default [DefaultMaxLabelValues]. The bound protects Prometheus
+	// when event types come from producers you do not control.
+	MaxLabelValues int
+	// HTTPRoute adds a route label to the HTTP metrics, from the
+	// http.ServeMux pattern that matched (r.Pattern). It is opt-in because
+	// it multiplies the series; the pattern is bounded by your routes, never
+	// the request path. Requests without a pattern are reported as "none".
+	HTTPRoute bool
+	// Consumers are consumer names whose delivery counters are created at
+	// zero by New, so that an alert on increase() sees the first dead
+	// letter even when it is the consumer's first delivery since start.
+	// Consumers not listed get their zero series on their first delivery.
+	Consumers []string
+}
+
+// Metrics holds the Prometheus collectors for idem's hooks. Create it with
+// [New]; it is safe for concurrent use.
+type Metrics struct {
+	route bool
+
+	deliveries   *prometheus.CounterVec
+	handle       *prometheus.HistogramVec
+	deadLetters  *prometheus.CounterVec
+	infraRetries *prometheus.CounterVec
+	inboxRuns    *prometheus.CounterVec
+	inboxSeconds *prometheus.HistogramVec
+	httpRequests *prometheus.CounterVec
+	httpSeconds  *prometheus.HistogramVec
+
+	consumers, types, routes *boundedSet
+}
+
+// New creates the collectors and registers them with reg. It fails, and
+// leaves reg as it was, if any collector is already registered (the same
+// namespace registered twice) or the options make an invalid metric.
+func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("idemprom: %w: nil prometheus.Registerer", idem.ErrInvalidConfig)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if !validNamespace(o.Namespace) {
+		// Prometheus accepts any UTF-8 name now, but PromQL then needs quoted
+		// names; keep to the classic charset that every tool understands.
+		return nil, fmt.Errorf("idemprom: %w: namespace %q must match [a-zA-Z_][a-zA-Z0-9_]*", idem.ErrInvalidConfig, o.Namespace)
+	}
+	if len(o.Buckets) == 0 {
+		o.Buckets = prometheus.DefBuckets
+	}
+	if o.MaxLabelValues < 0 {
+		return nil, fmt.Errorf("idemprom: %w: MaxLabelValues must not be negative, got %d", idem.ErrInvalidConfig, o.MaxLabelValues)
+	}
+	if o.MaxLabelValues == 0 {
+		o.MaxLabelValues = DefaultMaxLabelValues
+	}
+	httpLabels := []string{"outcome", "status_class"}
+	httpTimeLabels := []string{"outcome"}
+	if o.HTTPRoute {
+		httpLabels = append(httpLabels, "route")
+		httpTimeLabels = append(httpTimeLabels, "route")
+	}
+	counter := func(sub, name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: o.Namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: o.ConstLabels,
+		}, labels)
+	}
+	histogram := func(sub, name, help string, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: o.Namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: o.ConstLabels,
+			Buckets: o.Buckets,
+		}, labels)
+	}
+	m := &Metrics{
+		route: o.HTTPRoute,
+		deliveries: counter("consumer", "deliveries_total",
+			"Deliveries handled by a consume.Engine, by outcome.", "consumer", "outcome"),
+		handle: histogram("consumer", "handle_seconds",
+			"Time a consume.Engine spent on one delivery, by outcome.", "consumer", "outcome"),
+		deadLetters: counter("consumer", "dead_letters_total",
+			"Deliveries moved to the dead letters, by reason. Normally zero.", "consumer", "reason"),
+		infraRetries: counter("consumer", "infrastructure_retries_total",
+			"Retries caused by infrastructure failures, which do not count toward MaxAttempts.", "consumer"),
+		inboxRuns: counter("inbox", "runs_total",
+			"Inbox rows run by an inbox.Worker, by event type and outcome.", "type", "outcome"),
+		inboxSeconds: histogram("inbox", "run_seconds",
+			"Time an inbox.Worker spent on one row, by event type and outcome.", "type", "outcome"),
+		httpRequests: counter("http", "requests_total",
+			"Requests handled by the idemhttp middleware, by outcome and status class.", httpLabels...),
+		httpSeconds: histogram("http", "request_duration_seconds",
+			"Latency of requests handled by the idemhttp middleware, by outcome.", httpTimeLabels...),
+		consumers: newBoundedSet(o.MaxLabelValues),
+		types:     newBoundedSet(o.MaxLabelValues),
+		routes:    newBoundedSet(o.MaxLabelValues),
+	}
+	collectors := []prometheus.Collector{
+		m.deliveries, m.handle, m.deadLetters, m.infraRetries,
+		m.inboxRuns, m.inboxSeconds, m.httpRequests, m.httpSeconds,
+	}
+	for i, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range collectors[:i] {
+				reg.Unregister(done)
+			}
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("idemprom: metrics with namespace %q are already registered (create one Metrics per registry and share it): %w", o.Namespace, err)
+			}
+			return nil, fmt.Errorf("idemprom: registering metrics: %w", err)
+		}
+	}
+	for _, name := range o.Consumers {
+		m.consumerLabel(name)
+	}
+	return m, nil
+}
+
+func validNamespace(ns string) bool {
+	for i, c := range ns {
+		letter := c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// consumeOutcomes are the outcome label values of the consumer metrics.
+var consumeOutcomes = []consume.Outcome{
+	consume.OutcomeProcessed, consume.OutcomeDuplicate, consume.OutcomeRetried,
+	consume.OutcomeDeadLettered, consume.OutcomeRequeued, consume.OutcomeAbandoned,
+}
+
+var deadLetterReasons = map[string]bool{
+	consume.ReasonMaxAttempts: true, consume.ReasonPermanent: true, consume.ReasonIDConflict: true,
+	consume.ReasonMissingID: true, consume.ReasonInvalidID: true,
+}
+
+// consumerLabel returns the bounded label for a consumer name and, the first
+// time it is seen, creates its delivery and dead-letter series at zero:
+// increase() cannot see a counter's first increment if the series only
+// appears with it.
+func (m *Metrics) consumerLabel(name string) string {
+	label, first := m.consumers.label(name)
+	if first {
+		for _, o := range consumeOutcomes {
+			m.deliveries.WithLabelValues(label, o.String())
+		}
+		m.deadLetters.WithLabelValues(label, consume.ReasonMaxAttempts)
+		m.infraRetries.WithLabelValues(label)
+	}
+	return label
+}
+
+func consumeOutcome(o consume.Outcome) string {
+	for _, known := range consumeOutcomes {
+		if o == known {
+			return o.String()
+		}
+	}
+	return Other
+}
+
+// ConsumeHooks returns hooks for consume.Config.Hooks. The message id and
+// dedupe key are never labels.
+func (m *Metrics) ConsumeHooks() consume.Hooks {
+	return consume.HooksFunc(m.onDelivery)
+}
+
+func (m *Metrics) onDelivery(_ context.Context, ev consume.Event) {
+	consumer := m.consumerLabel(ev.Consumer)
+	outcome := consumeOutcome(ev.Outcome)
+	m.deliveries.WithLabelValues(consumer, outcome).Inc()
+	m.handle.WithLabelValues(consumer, outcome).Observe(ev.Duration.Seconds())
+	switch ev.Outcome {
+	case consume.OutcomeDeadLettered:
+		reason := Other
+		if deadLetterReasons[ev.Reason] {
+			reason = ev.Reason
+		}
+		m.deadLetters.WithLabelValues(consumer, reason).Inc()
+	case consume.OutcomeRetried:
+		if ev.Infrastructure {
+			m.infraRetries.WithLabelValues(consumer).Inc()
+		}
+	}
+}
+
+var inboxOutcomes = map[inbox.Outcome]bool{
+	inbox.Processed: true, inbox.Retried: true, inbox.Dead: true, inbox.LeaseLost: true, inbox.Released: true,
+}
+
+// InboxHook returns a function for inbox.Config.OnEvent. The event type is
+// a label, bounded by [Options.MaxLabelValues]; the source, message id and
+// ordering key never are. Runs that did not execute a handler (released
+// rows, leases lost before the run) are counted but not timed.
+func (m *Metrics) InboxHook() func(inbox.Event) {
+	return m.onInbox
+}
+
+func (m *Metrics) onInbox(ev inbox.Event) {
+	typ, _ := m.types.label(ev.Message.Type)
+	outcome := Other
+	if inboxOutcomes[ev.Outcome] {
+		outcome = ev.Outcome.String()
+	}
+	m.inboxRuns.WithLabelValues(typ, outcome).Inc()
+	if ev.Duration > 0 {
+		m.inboxSeconds.WithLabelValues(typ, outcome).Observe(ev.Duration.Seconds())
+	}
+}
+
+var httpOutcomes = map[idemhttp.Outcome]bool{
+	idemhttp.OutcomeExecuted: true, idemhttp.OutcomeReleased: true, idemhttp.OutcomeReplayed: true,
+	idemhttp.OutcomeInFlight: true, idemhttp.OutcomeMismatch: true, idemhttp.OutcomeDiscarded: true,
+	idemhttp.OutcomeRejected: true, idemhttp.OutcomeError: true, idemhttp.OutcomePanic: true,
+	idemhttp.OutcomeTombstone: true, idemhttp.OutcomeCanceled: true,
+}
+
+var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return Other
+	}
+	return statusClasses[status/100-1]
+}
+
+// HTTPHook returns a function for idemhttp.Config.OnRequest. The
+// idempotency key, scope (or its hash), principal and URL path are never
+// labels; the route is added only with [Options.HTTPRoute].
+func (m *Metrics) HTTPHook() func(*http.Request, idemhttp.Event) {
+	return m.onHTTP
+}
+
+func (m *Metrics) onHTTP(r *http.Request, ev idemhttp.Event) {
+	outcome := Other
+	if httpOutcomes[ev.Outcome] {
+		outcome = string(ev.Outcome)
+	}
+	class := statusClass(ev.Status)
+	if !m.route {
+		m.httpRequests.WithLabelValues(outcome, class).Inc()
+		m.httpSeconds.WithLabelValues(outcome).Observe(ev.Latency.Seconds())
+		return
+	}
+	route := "none"
+	if r != nil && r.Pattern != "" {
+		route, _ = m.routes.label(r.Pattern)
+	}
+	m.httpRequests.WithLabelValues(outcome, class, route).Inc()
+	m.httpSeconds.WithLabelValues(outcome, route).Observe(ev.Latency.Seconds())
+}
+
+// boundedSet admits at most max distinct label values; later ones become
+// [Other], so a misbehaving producer cannot create unbounded series.
+type boundedSet struct {
+	max  int
+	mu   sync.RWMutex
+	seen map[string]struct{}
+}
+
+func newBoundedSet(max int) *boundedSet {
+	return &boundedSet{max: max, seen: make(map[string]struct{})}
+}
+
+// label returns the value to use for v, and whether v was admitted just now.
+func (s *boundedSet) label(v string) (string, bool) {
+	// Prometheus panics on invalid UTF-8, and "" reads as a missing label.
+	if v == "" || !utf8.ValidString(v) {
+		return Other, false
+	}
+	s.mu.RLock()
+	_, ok := s.seen[v]
+	s.mu.RUnlock()
+	if ok {
+		return v, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[v]; ok {
+		return v, false
+	}
+	if len(s.seen) >= s.max {
+		return Other, false
+	}
+	s.seen[v] = struct{}{}
+	return v, true
+}
