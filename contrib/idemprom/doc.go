@@ -62,9 +62,11 @@
 //
 // idem_consumer_dead_letters_total says why (max_attempts, permanent,
 // id_conflict, missing_id, invalid_id). increase() only sees a counter's
-// first increment if the series existed before at zero; idemprom creates a
-// consumer's series at zero on its first delivery, and [Options.Consumers]
-// creates them at New, so a dead letter right after a restart is not missed.
+// first increment if the series existed before at zero. idemprom creates a
+// consumer's series at zero on its first delivery, which is too late when
+// that delivery is itself the dead letter; list your consumers in
+// [Options.Consumers] to create them at New, so that a dead letter right
+// after a restart is not missed.
 //
 // A growing rate of outcome="retried" with idem_consumer_infrastructure_retries_total
 // flat points at the handler; with it rising, at the store or the broker.
