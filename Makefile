@@ -6,7 +6,7 @@ GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 BENCHTIME ?= 1s
 
-.PHONY: test test/race test/short lint tidy bench bench-quick fmt vet staticcheck demo
+.PHONY: test test/race test/short lint tidy bench bench-go bench-quick fmt vet staticcheck demo
 
 ## test: every module's tests with the race detector (service-backed tests skip
 ## without IDEM_*_URL locally and fail under CI=true).
@@ -33,8 +33,11 @@ lint: fmt vet staticcheck
 tidy:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy); done
 
-## bench: every benchmark, for real.
-bench:
+## bench: the side-by-side report (BENCHMARKS.md and docs/bench/*.png).
+bench: bench-report
+
+## bench-go: every module's Go benchmarks, for real.
+bench-go:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./...); done
 
 ## bench-quick: every benchmark once, so that none of them rots (no timings judged).
