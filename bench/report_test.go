@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/idem-go/idem/bench"
+	"github.com/idem-go/idem/idemtest"
 )
 
 // TestQuickReport runs every scenario once at the quick size against the
@@ -18,8 +19,8 @@ import (
 // has a row with a number, the header names the machine and command, and
 // every chart is a PNG. No timing is judged.
 func TestQuickReport(t *testing.T) {
-	pg := serviceURL(t, "IDEM_POSTGRES_URL")
-	rd := serviceURL(t, "IDEM_REDIS_URL")
+	pg := idemtest.ServiceURL(t, "IDEM_POSTGRES_URL")
+	rd := idemtest.ServiceURL(t, "IDEM_REDIS_URL")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "BENCHMARKS.md")
 	rep, err := bench.Generate(context.Background(), bench.Config{

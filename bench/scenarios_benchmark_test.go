@@ -3,11 +3,11 @@ package bench_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/idem-go/idem/bench"
+	"github.com/idem-go/idem/idemtest"
 )
 
 // BenchmarkScenarios runs every row of BENCHMARKS.md as a Go benchmark at
@@ -15,11 +15,8 @@ import (
 // msgs/s. `make bench-quick` (-benchtime=1x) runs each once so none rots;
 // the report itself comes from cmd/idembench.
 func BenchmarkScenarios(b *testing.B) {
-	pg := os.Getenv("IDEM_POSTGRES_URL")
-	rd := os.Getenv("IDEM_REDIS_URL")
-	if (pg == "" || rd == "") && os.Getenv("CI") == "" {
-		b.Skip("IDEM_POSTGRES_URL and IDEM_REDIS_URL are not both set; skipping")
-	}
+	pg := idemtest.ServiceURL(b, "IDEM_POSTGRES_URL")
+	rd := idemtest.ServiceURL(b, "IDEM_REDIS_URL")
 	env, err := bench.NewEnv(pg, rd)
 	if err != nil {
 		b.Fatal(err)

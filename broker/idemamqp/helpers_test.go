@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/idemtest"
 
 	"github.com/idem-go/idem/broker/idemamqp"
 	"github.com/idem-go/idem/store/idempgx"
@@ -22,22 +23,8 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// envURL returns the service URL from env, skipping locally and failing in
-// CI without it.
-func envURL(t testing.TB, env, example string) string {
-	t.Helper()
-	u := os.Getenv(env)
-	if u == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not set; CI must run the RabbitMQ tests", env)
-		}
-		t.Skipf("%s is not set; skipping (e.g. %s=%s)", env, env, example)
-	}
-	return u
-}
-
 func amqpURL(t testing.TB) string {
-	return envURL(t, "IDEM_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	return idemtest.ServiceURL(t, "IDEM_AMQP_URL")
 }
 
 func suffix() string {
@@ -128,7 +115,7 @@ func newPG(t testing.TB) *pgEnv {
 // attachPG opens the store over an existing schema.
 func attachPG(t testing.TB, schema string) *pgEnv {
 	t.Helper()
-	url := envURL(t, "IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	url := idemtest.ServiceURL(t, "IDEM_POSTGRES_URL")
 	poolOnce.Do(func() {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {

@@ -3,7 +3,6 @@ package idemkafka_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemkafka"
 	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,13 +23,7 @@ import (
 // Process transaction per record, side by side. records/s is the figure to
 // compare.
 func BenchmarkPostgresEffects(b *testing.B) {
-	url := os.Getenv("IDEM_POSTGRES_URL")
-	if url == "" {
-		if os.Getenv("CI") != "" {
-			b.Fatal("IDEM_POSTGRES_URL is not set; CI must run the PostgreSQL benchmark")
-		}
-		b.Skip("IDEM_POSTGRES_URL is not set; skipping")
-	}
+	url := idemtest.ServiceURL(b, "IDEM_POSTGRES_URL")
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {

@@ -7,11 +7,12 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/idemtest"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemnats"
@@ -27,14 +28,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // without it.
 func natsURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("IDEM_NATS_URL")
-	if u == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("IDEM_NATS_URL is not set; CI must run the NATS JetStream tests")
-		}
-		t.Skip("IDEM_NATS_URL is not set; skipping (e.g. IDEM_NATS_URL=nats://127.0.0.1:4222)")
-	}
-	return u
+	return idemtest.ServiceURL(t, "IDEM_NATS_URL")
 }
 
 func suffix() string {

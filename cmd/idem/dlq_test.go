@@ -9,13 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/idemtest"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemamqp"
@@ -29,14 +30,7 @@ import (
 // in CI.
 func rabbitURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("IDEM_AMQP_URL")
-	if u == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("IDEM_AMQP_URL is not set; CI must run the RabbitMQ tests")
-		}
-		t.Skip("IDEM_AMQP_URL is not set; skipping (e.g. IDEM_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/)")
-	}
-	return u
+	return idemtest.ServiceURL(t, "IDEM_AMQP_URL")
 }
 
 func randomSuffix() string {

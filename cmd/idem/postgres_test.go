@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/idemtest"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idempgx"
@@ -18,14 +19,7 @@ import (
 // locally and fails in CI, where every backend must be exercised.
 func postgresURL(t *testing.T) string {
 	t.Helper()
-	url := os.Getenv("IDEM_POSTGRES_URL")
-	if url == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("IDEM_POSTGRES_URL is not set; CI must run the PostgreSQL tests")
-		}
-		t.Skip("IDEM_POSTGRES_URL is not set; export e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable to run the PostgreSQL tests")
-	}
-	return url
+	return idemtest.ServiceURL(t, "IDEM_POSTGRES_URL")
 }
 
 // testSchema returns a fresh schema name, dropped when the test ends. The

@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/idemtest"
 
 	"github.com/redis/rueidis"
 )
@@ -18,14 +19,7 @@ import (
 // and fails in CI.
 func redisURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("IDEM_REDIS_URL")
-	if u == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("IDEM_REDIS_URL is not set; CI must run the Redis tests")
-		}
-		t.Skip("IDEM_REDIS_URL is not set; export e.g. redis://127.0.0.1:6379/0 to run the Redis tests")
-	}
-	return u
+	return idemtest.ServiceURL(t, "IDEM_REDIS_URL")
 }
 
 // redisTestDSN returns IDEM_REDIS_URL with a key prefix of its own, whose

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem/idemtest"
+
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,14 +26,7 @@ var (
 // locally and failing it under CI, where the server must be there.
 func databaseURL(tb testing.TB) string {
 	tb.Helper()
-	url := os.Getenv("IDEM_POSTGRES_URL")
-	if url == "" {
-		if os.Getenv("CI") != "" {
-			tb.Fatal("IDEM_POSTGRES_URL is not set; CI must run the PostgreSQL tests")
-		}
-		tb.Skip("IDEM_POSTGRES_URL is not set; skipping PostgreSQL test (e.g. IDEM_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
-	}
-	return url
+	return idemtest.ServiceURL(tb, "IDEM_POSTGRES_URL")
 }
 
 // testPool is one pool shared by the package's tests; each test isolates

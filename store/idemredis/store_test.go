@@ -8,11 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/idemtest"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idemredis"
@@ -24,14 +25,7 @@ import (
 // it is not set.
 func redisURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("IDEM_REDIS_URL")
-	if u == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("IDEM_REDIS_URL is not set; CI must run the Redis tests")
-		}
-		t.Skip("IDEM_REDIS_URL is not set; export IDEM_REDIS_URL=redis://127.0.0.1:6379/0 to run the Redis tests")
-	}
-	return u
+	return idemtest.ServiceURL(t, "IDEM_REDIS_URL")
 }
 
 // newClient opens a client on IDEM_REDIS_URL, closed when t ends.
