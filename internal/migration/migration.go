@@ -89,3 +89,28 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 	}
 	return out, nil
 }
+
+// Direction says which way a migration runs.
+type Direction string
+
+const (
+	// Up applies a migration.
+	Up Direction = "up"
+	// Down reverts a migration.
+	Down Direction = "down"
+)
+
+// SQL returns the statements of migration version in ms (which Load
+// returned, so versions are 1..len(ms)) for direction.
+func SQL(ms []Migration, direction Direction, version int) (string, error) {
+	if version < 1 || version > len(ms) {
+		return "", fmt.Errorf("no migration %d (have 1..%d)", version, len(ms))
+	}
+	switch direction {
+	case Up:
+		return ms[version-1].Up, nil
+	case Down:
+		return ms[version-1].Down, nil
+	}
+	return "", fmt.Errorf("direction must be %q or %q, got %q", Up, Down, direction)
+}

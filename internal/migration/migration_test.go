@@ -34,3 +34,22 @@ func TestLoad(t *testing.T) {
 		}
 	}
 }
+
+func TestSQL(t *testing.T) {
+	t.Parallel()
+	ms := []Migration{{Version: 1, Name: "a", Up: "up 1", Down: "down 1"}, {Version: 2, Name: "b", Up: "up 2", Down: "down 2"}}
+	if q, err := SQL(ms, Up, 2); err != nil || q != "up 2" {
+		t.Errorf("SQL(up, 2) = %q, %v", q, err)
+	}
+	if q, err := SQL(ms, Down, 1); err != nil || q != "down 1" {
+		t.Errorf("SQL(down, 1) = %q, %v", q, err)
+	}
+	for _, c := range []struct {
+		d Direction
+		v int
+	}{{Up, 0}, {Up, 3}, {"sideways", 1}} {
+		if _, err := SQL(ms, c.d, c.v); err == nil {
+			t.Errorf("SQL(%q, %d) succeeded", c.d, c.v)
+		}
+	}
+}

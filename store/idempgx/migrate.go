@@ -18,13 +18,13 @@ import (
 var migrationFS embed.FS
 
 // Direction says which way a migration runs.
-type Direction string
+type Direction = migration.Direction
 
 const (
 	// DirectionUp applies a migration.
-	DirectionUp Direction = "up"
+	DirectionUp = migration.Up
 	// DirectionDown reverts a migration.
-	DirectionDown Direction = "down"
+	DirectionDown = migration.Down
 )
 
 // Migration is one embedded, numbered schema change: its Version (applied
@@ -266,16 +266,11 @@ func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
 // with their own tools. The statements use unqualified names; run them with
 // search_path set to the target schema, and record the version yourself.
 func SQL(direction Direction, version int) (string, error) {
-	if version < 1 || version > len(migrations) {
-		return "", fmt.Errorf("idempgx: no migration %d (have 1..%d)", version, len(migrations))
+	q, err := migration.SQL(migrations, direction, version)
+	if err != nil {
+		return "", fmt.Errorf("idempgx: %w", err)
 	}
-	switch direction {
-	case DirectionUp:
-		return migrations[version-1].Up, nil
-	case DirectionDown:
-		return migrations[version-1].Down, nil
-	}
-	return "", fmt.Errorf("idempgx: direction must be %q or %q, got %q", DirectionUp, DirectionDown, direction)
+	return q, nil
 }
 
 // SQL returns the SQL of one migration; see the package-level [SQL].

@@ -17,13 +17,13 @@ import (
 var migrationFS embed.FS
 
 // Direction says which way a migration runs.
-type Direction string
+type Direction = migration.Direction
 
 const (
 	// DirectionUp applies a migration.
-	DirectionUp Direction = "up"
+	DirectionUp = migration.Up
 	// DirectionDown reverts a migration.
-	DirectionDown Direction = "down"
+	DirectionDown = migration.Down
 )
 
 // Migration is one embedded, numbered schema change: its Version (applied
@@ -60,16 +60,11 @@ func LatestVersion() int { return len(migrations) }
 // with their own tools (record the version in idem_migrations yourself, or
 // the store will report the database as not migrated).
 func SQL(direction Direction, version int) (string, error) {
-	if version < 1 || version > len(migrations) {
-		return "", fmt.Errorf("idemsqlite: no migration %d (have 1..%d)", version, len(migrations))
+	q, err := migration.SQL(migrations, direction, version)
+	if err != nil {
+		return "", fmt.Errorf("idemsqlite: %w", err)
 	}
-	switch direction {
-	case DirectionUp:
-		return migrations[version-1].Up, nil
-	case DirectionDown:
-		return migrations[version-1].Down, nil
-	}
-	return "", fmt.Errorf("idemsqlite: direction must be %q or %q, got %q", DirectionUp, DirectionDown, direction)
+	return q, nil
 }
 
 // MigrationStatus is one migration and whether it is applied.
