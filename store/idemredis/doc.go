@@ -126,19 +126,20 @@
 //
 // # Client choice: rueidis
 //
-// Both Go clients ran the same claim script (of the earlier hash format)
-// against the same Redis 7.0.15 on this project's 2-core development
-// machine (shared with other jobs, so every figure below moved by a factor
-// of two or more between runs), 64 concurrent callers, fresh keys, side by
-// side in one run:
+// Both Go clients ran the current claim script against the same Redis
+// 7.0.15 on this project's 2-core development machine, 64 concurrent
+// callers, fresh keys, side by side in one run (three runs each):
 //
-//	rueidis v1.0.79 (auto-pipelined, through Store.Claim)   33,000–43,000 claims/s
-//	go-redis v9.23.0 (pool of 64 connections, bare script)   7,500–10,000 claims/s
+//	go test -run '^$' -bench 'BenchmarkClaim/(Store|GoRedisScript)$' -benchtime 50000x -count 3 ./store/idemredis
+//
+//	rueidis v1.0.79 (auto-pipelined, through Store.Claim)   57,000–77,000 claims/s
+//	go-redis v9.23.0 (pool of 64 connections, bare script)  30,000–44,000 claims/s
 //
 // rueidis writes the concurrent calls of many goroutines as one pipeline on
 // a few connections, so client and server spend far fewer system calls per
 // claim; go-redis gives each caller a connection and a round trip. The
-// store uses rueidis: 3–5 times the throughput.
+// store uses rueidis: about 1.3–2.5 times the throughput (with the earlier,
+// heavier hash-format script the gap was 3–5 times).
 //
 // # Throughput against Redis's own ceiling
 //
