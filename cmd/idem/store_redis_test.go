@@ -136,3 +136,13 @@ func TestProxyRedis(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, logs)
 	}
 }
+
+// The inbox lives in the SQL stores only: on Redis every inbox command says
+// so in one line instead of failing half-way.
+func TestInboxOnRedisRefused(t *testing.T) {
+	url := redisURL(t)
+	for _, args := range [][]string{{"inbox", "stats"}, {"inbox", "dead"}, {"inbox", "redrive", "--all"}} {
+		r := runCLI(t, nil, append(args, "--store", url)...)
+		wantExit(t, r, exitFailure, "has no inbox", "sqlite:// or postgres://")
+	}
+}
