@@ -187,8 +187,11 @@ type Options struct {
 }
 
 // Measure runs every scenario opts.Runs times and returns one result per
-// scenario, in order. A scenario that fails gets its error in the result
-// and the others still run. A nil error means every scenario ran.
+// scenario, in order. The runs of consecutive scenarios of one group are
+// interleaved (run 1 of each, then run 2 of each, ...), so that a burst of
+// load from elsewhere on a shared machine slows every row of the group
+// rather than one. A scenario that fails gets its error in the result and
+// the others still run. A nil error means every scenario ran.
 func Measure(ctx context.Context, env *Env, scenarios []*Scenario, opts *Options) ([]Result, error) {
 	o := Options{Runs: 5}
 	if opts != nil {
@@ -199,20 +202,53 @@ func Measure(ctx context.Context, env *Env, scenarios []*Scenario, opts *Options
 	}
 	bar := newProgress(o.Progress, len(scenarios)*o.Runs)
 	results := make([]Result, len(scenarios))
-	var errs []error
 	for i, s := range scenarios {
 		results[i] = Result{Scenario: s}
-		rates, err := measureOne(ctx, env, s, o.Runs, func(run int) {
-			bar.step(fmt.Sprintf("%s · %s c=%d dup=%d%% run %d/%d", short(s.Group), s.Name, s.Concurrency, s.DupPercent, run+1, o.Runs))
-		})
-		results[i].Rates = rates
-		if err != nil {
-			results[i].Err = err
-			errs = append(errs, fmt.Errorf("%s: %w", s.ID(), err))
+	}
+	for lo := 0; lo < len(scenarios); {
+		hi := lo + 1
+		for hi < len(scenarios) && scenarios[hi].Group == scenarios[lo].Group {
+			hi++
 		}
+		measureGroup(ctx, env, scenarios[lo:hi], results[lo:hi], o.Runs, bar)
+		lo = hi
 	}
 	bar.done()
+	var errs []error
+	for _, r := range results {
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.Scenario.ID(), r.Err))
+		}
+	}
 	return results, errors.Join(errs...)
+}
+
+// measureGroup prepares the scenarios of one group, then makes their runs
+// in turn, and fills results.
+func measureGroup(ctx context.Context, env *Env, scenarios []*Scenario, results []Result, runs int, bar *progress) {
+	prepared := make([]Run, len(scenarios))
+	for i, s := range scenarios {
+		prepared[i], results[i].Err = prepare(ctx, env, s)
+		if results[i].Err != nil {
+			for range runs {
+				bar.step(fmt.Sprintf("%s · %s: %v", short(s.Group), s.Name, results[i].Err))
+			}
+		}
+	}
+	for r := range runs {
+		for i, s := range scenarios {
+			if results[i].Err != nil {
+				continue
+			}
+			bar.step(fmt.Sprintf("%s · %s c=%d dup=%d%% run %d/%d", short(s.Group), s.Name, s.Concurrency, s.DupPercent, r+1, runs))
+			rate, err := measureRun(ctx, env, s, prepared[i], r)
+			if err != nil {
+				results[i].Err = err
+				continue
+			}
+			results[i].Rates = append(results[i].Rates, rate)
+		}
+	}
 }
 
 func short(group string) string {
@@ -224,40 +260,43 @@ func short(group string) string {
 	return group
 }
 
-func measureOne(ctx context.Context, env *Env, s *Scenario, runs int, progress func(run int)) ([]float64, error) {
+// prepare checks that the servers a scenario needs are configured and
+// prepares it.
+func prepare(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 	if s.Needs&NeedsPostgres != 0 && env.PostgresURL == "" {
-		return nil, errors.New("no PostgreSQL URL (set IDEM_POSTGRES_URL or --postgres)")
+		return Run{}, errors.New("no PostgreSQL URL (set IDEM_POSTGRES_URL or --postgres)")
 	}
 	if s.Needs&NeedsRedis != 0 && env.RedisURL == "" {
-		return nil, errors.New("no Redis URL (set IDEM_REDIS_URL or --redis)")
+		return Run{}, errors.New("no Redis URL (set IDEM_REDIS_URL or --redis)")
 	}
 	run, err := s.Prepare(ctx, env, s)
 	if err != nil {
-		return nil, fmt.Errorf("prepare: %w", err)
+		return Run{}, fmt.Errorf("prepare: %w", err)
 	}
-	rates := make([]float64, 0, runs)
-	for r := range runs {
-		progress(r)
-		env.streams++
-		stream := NewStream(fmt.Sprintf("%s-%d", env.Prefix, env.streams), s.Messages, s.DupPercent, uint64(env.streams))
-		if run.Before != nil {
-			if err := run.Before(ctx, stream); err != nil {
-				return rates, fmt.Errorf("run %d: before: %w", r+1, err)
-			}
+	return run, nil
+}
+
+// measureRun makes timed run r of s on a fresh stream and returns its
+// messages per second.
+func measureRun(ctx context.Context, env *Env, s *Scenario, run Run, r int) (float64, error) {
+	env.streams++
+	stream := NewStream(fmt.Sprintf("%s-%d", env.Prefix, env.streams), s.Messages, s.DupPercent, uint64(env.streams))
+	if run.Before != nil {
+		if err := run.Before(ctx, stream); err != nil {
+			return 0, fmt.Errorf("run %d: before: %w", r+1, err)
 		}
-		start := time.Now()
-		if err := run.Exec(ctx, stream); err != nil {
-			return rates, fmt.Errorf("run %d: %w", r+1, err)
-		}
-		elapsed := time.Since(start)
-		if run.After != nil {
-			if err := run.After(ctx, stream); err != nil {
-				return rates, fmt.Errorf("run %d: check: %w", r+1, err)
-			}
-		}
-		rates = append(rates, float64(len(stream.Keys))/elapsed.Seconds())
 	}
-	return rates, nil
+	start := time.Now()
+	if err := run.Exec(ctx, stream); err != nil {
+		return 0, fmt.Errorf("run %d: %w", r+1, err)
+	}
+	elapsed := time.Since(start)
+	if run.After != nil {
+		if err := run.After(ctx, stream); err != nil {
+			return 0, fmt.Errorf("run %d: check: %w", r+1, err)
+		}
+	}
+	return float64(len(stream.Keys)) / elapsed.Seconds(), nil
 }
 
 // NewEnv returns an Env with a fresh scratch directory and prefix.
