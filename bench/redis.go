@@ -51,7 +51,7 @@ func prepRedisCeiling(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
-	return Run{Exec: func(ctx context.Context, st Stream) error {
+	return Run{After: unlinkAfter(c, func(k string) string { return "idembench:" + k }), Exec: func(ctx context.Context, st Stream) error {
 		return eachBatch(ctx, s.Concurrency, len(st.Keys), RedisPipeline, func(ctx context.Context, _, lo, hi int) error {
 			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for _, k := range st.Keys[lo:hi] {
@@ -69,7 +69,7 @@ func prepRedisTextbook(ctx context.Context, env *Env, s *Scenario) (Run, error) 
 	if err != nil {
 		return Run{}, err
 	}
-	return Run{Exec: func(ctx context.Context, st Stream) error {
+	return Run{After: unlinkAfter(c, func(k string) string { return "idembench:" + k }), Exec: func(ctx context.Context, st Stream) error {
 		return eachMessage(ctx, s.Concurrency, len(st.Keys), func(ctx context.Context, _, i int) error {
 			return c.SetNX(ctx, "idembench:"+st.Keys[i], "1", redisTTL).Err()
 		})
@@ -90,7 +90,11 @@ func prepRedisClaim(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
-	return Run{Exec: func(ctx context.Context, st Stream) error {
+	gr, err := goRedis(env)
+	if err != nil {
+		return Run{}, err
+	}
+	return Run{After: unlinkAfter(gr, func(k string) string { return store.RecordKey("bench", k) }), Exec: func(ctx context.Context, st Stream) error {
 		return eachMessage(ctx, s.Concurrency, len(st.Keys), func(ctx context.Context, _, i int) error {
 			c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "bench", Key: st.Keys[i], Lease: redisTTL})
 			if err == nil && c.Outcome != idem.Acquired {
@@ -99,4 +103,35 @@ func prepRedisClaim(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 			return err
 		})
 	}}, nil
+}
+
+// unlinkAfter returns a Run.After that deletes the keys a run wrote, named
+// by key, so that no run pays for the expiry of an earlier run's keys and
+// every run starts from the same keyspace.
+func unlinkAfter(c *redis.Client, key func(string) string) func(context.Context, Stream) error {
+	return func(ctx context.Context, st Stream) error {
+		const chunk = 1000
+		keys := make([]string, 0, chunk)
+		seen := make(map[string]bool, st.Distinct)
+		flush := func() error {
+			if len(keys) == 0 {
+				return nil
+			}
+			err := c.Unlink(ctx, keys...).Err()
+			keys = keys[:0]
+			return err
+		}
+		for _, k := range st.Keys {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if keys = append(keys, key(k)); len(keys) == chunk {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return flush()
+	}
 }

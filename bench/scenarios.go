@@ -13,7 +13,7 @@ type Sizes struct {
 }
 
 // FullSizes keep the whole report under about ten minutes on two cores.
-var FullSizes = Sizes{PerMessage: 2000, Batched: 20000, Redis: 20000, HTTP: 2000}
+var FullSizes = Sizes{PerMessage: 2000, Batched: 20000, Redis: 200000, HTTP: 2000}
 
 // QuickSizes run every scenario once, for CI.
 var QuickSizes = Sizes{PerMessage: 40, Batched: 200, Redis: 64, HTTP: 32}
