@@ -44,56 +44,81 @@ const (
 	formatVersion   = '1'
 )
 
-// claimScript: ARGV[1] identity, ARGV[2] lease ms, ARGV[3] abandoned
-// retention ms.
+// claimScript claims one or more keys with the same lease in one call:
+// KEYS[i] is the record of item i, ARGV[1] the abandoned retention in ms,
+// ARGV[2] the lease in ms and ARGV[i+2] the identity of item i. Store.Claim
+// sends the claims that arrive while earlier calls are in flight as one call
+// (see batch.go); in cluster mode every call has one key. Each item is
+// claimed atomically and in order, so the same key twice in one call
+// behaves as two calls.
 //
-// It returns {1, token, lease expiry ms, takeover} when the lease was
-// acquired, {outcome, record} otherwise, where outcome is idem.InProgress
-// (2), idem.Completed (3) or idem.Mismatch (4), or {0} when the key holds a
-// record of another format.
+// It returns {token, now, item 1, item 2, ...}: token and now (ms) come
+// from the server's TIME, read once. An item is 1 when the fresh claim
+// acquired the lease with that token and a lease expiring at now + lease;
+// {1, token, lease expiry ms, takeover} when the lease was acquired over an
+// existing value (a stub, or an expired lease); {outcome, record} otherwise,
+// where outcome is idem.InProgress (2), idem.Completed (3) or idem.Mismatch
+// (4); {0} when the key holds a record of another format, or a record of
+// another scope and key (corrupt: record keys are SHA-256 digests); or an
+// error reply (out of memory, a value of another Redis type) that concerns
+// that item alone.
 //
-// The usual claim is of a fresh key, so the script first tries SET NX GET,
+// The usual claim is of a fresh key, so each item first tries SET NX GET,
 // which writes a fresh record and reports an existing one in a single
-// command: a fresh claim is TIME + SET. Only an existing value (a record or
-// a stub) takes the slow path, which rewrites it with SET. When Redis is out
-// of memory, SET NX GET is refused even for a key that exists; the script
-// then reads with GET, so a completed record is still replayed, and any
-// write it would need fails with the OOM error: nothing is claimed.
+// command; the header of a fresh record is formatted once per call. Only an
+// existing value (a record or a stub) takes the slow path, which rewrites it
+// with SET. When Redis is out of memory, SET NX GET is refused even for a
+// key that exists; the item is then read with GET, so a completed record is
+// still replayed, and any write it would need fails with the OOM error:
+// nothing is claimed.
 const claimScript = `
 local t = redis.call('TIME')
 local tok = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(tok / 1000)
 local le = now + tonumber(ARGV[2])
-local ex = le + tonumber(ARGV[3])
+local ex = le + tonumber(ARGV[1])
 local pxat = string.format('%.0f', ex)
-local cur = redis.pcall('SET', KEYS[1], string.format('1p00%020.0f%016.0f%016.0f0000000000000000%016.0f', tok, now, le, ex) ..
-  ARGV[1], 'NX', 'GET', 'PXAT', pxat)
-if not cur then return {1, tok, le, 0} end
-if type(cur) == 'table' then
-  cur = redis.call('GET', KEYS[1])
+local function slow(k, cur, id)
+  if type(cur) == 'table' then
+    cur = redis.pcall('GET', k)
+    if type(cur) == 'table' then return cur end
+  end
+  local n, takeover, ca = tok, 0, now
+  if cur then
+    if #cur < 24 or string.byte(cur, 1) ~= 49 then return {0} end
+    local p = tonumber(string.sub(cur, 5, 24))
+    if not p then return {0} end
+    if p >= n then n = p + 1 end
+    local st = string.sub(cur, 2, 2)
+    if st ~= 'x' then
+      if #cur < 127 or (st ~= 'p' and st ~= 'c') then return {0} end
+      if string.sub(cur, 121, 88 + #id) ~= string.sub(id, 33) then return {0} end
+      if string.sub(cur, 89, 120) ~= string.sub(id, 1, 32) then return {4, cur} end
+      if st == 'c' then return {3, cur} end
+      local lease = tonumber(string.sub(cur, 41, 56))
+      ca = tonumber(string.sub(cur, 25, 40))
+      if not lease or not ca then return {0} end
+      if lease > now then return {2, cur} end
+      takeover = 1
+    end
+  end
+  local r = redis.pcall('SET', k, string.format('1p00%020.0f%016.0f%016.0f0000000000000000%016.0f', n, ca, le, ex) ..
+    id, 'PXAT', pxat)
+  if type(r) == 'table' and r.err then return r end
+  return {1, n, le, takeover}
 end
-local takeover = 0
-local ca = now
-if cur then
-  if #cur < 24 or string.byte(cur, 1) ~= 49 then return {0} end
-  local n = tonumber(string.sub(cur, 5, 24))
-  if not n then return {0} end
-  if n >= tok then tok = n + 1 end
-  local st = string.sub(cur, 2, 2)
-  if st ~= 'x' then
-    if #cur < 127 or (st ~= 'p' and st ~= 'c') then return {0} end
-    if string.sub(cur, 89, 120) ~= string.sub(ARGV[1], 1, 32) then return {4, cur} end
-    if st == 'c' then return {3, cur} end
-    local lease = tonumber(string.sub(cur, 41, 56))
-    ca = tonumber(string.sub(cur, 25, 40))
-    if not lease or not ca then return {0} end
-    if lease > now then return {2, cur} end
-    takeover = 1
+local head = string.format('1p00%020.0f%016.0f%016.0f0000000000000000%016.0f', tok, now, le, ex)
+local out = {tok, now}
+for i = 1, #KEYS do
+  local id = ARGV[i + 2]
+  local cur = redis.pcall('SET', KEYS[i], head .. id, 'NX', 'GET', 'PXAT', pxat)
+  if not cur then
+    out[i + 2] = 1
+  else
+    out[i + 2] = slow(KEYS[i], cur, id)
   end
 end
-redis.call('SET', KEYS[1], string.format('1p00%020.0f%016.0f%016.0f0000000000000000%016.0f', tok, ca, le, ex) ..
-  ARGV[1], 'PXAT', pxat)
-return {1, tok, le, takeover}
+return out
 `
 
 // completeScript: ARGV[1] token (20 digits), ARGV[2] result, ARGV[3] failed

@@ -57,6 +57,14 @@ type Config struct {
 	// late Complete from the original holder still succeeds. After that,
 	// Redis deletes the record. Default idem.DefaultRetention.
 	AbandonedRetention time.Duration
+	// MaxClaimBatch bounds how many concurrent claims share one script
+	// call. Claims that arrive while earlier ones are in flight wait and go
+	// out together, which divides the script's fixed cost and the round
+	// trips among them; a lone claim goes out at once. Default
+	// DefaultMaxClaimBatch; 1 sends every claim on its own. Ignored on a
+	// cluster client, where every claim is its own call (a script's keys must
+	// share a hash slot).
+	MaxClaimBatch int
 	// Strict makes New fail when a server's maxmemory-policy is not
 	// noeviction or cannot be read. Otherwise New logs a warning.
 	Strict bool
@@ -78,13 +86,17 @@ type Store struct {
 	// lease caches the formatted lease of the latest claim: callers almost
 	// always pass the same lease, so the hot path formats nothing.
 	lease atomic.Pointer[leaseText]
+	// claims batches concurrent claims; nil in cluster mode, where each
+	// claim is its own call.
+	claims *claimBatcher
 }
 
 var _ idem.Store = (*Store)(nil)
 
 type leaseText struct {
-	d time.Duration
-	s string
+	d  time.Duration
+	s  string
+	ms int64
 }
 
 var (
@@ -128,6 +140,12 @@ func New(ctx context.Context, client rueidis.Client, cfg *Config) (*Store, error
 		abandonMS: millis(c.AbandonedRetention),
 		floorMS:   millis(tokenFloorTTL),
 		logger:    c.Logger,
+	}
+	if c.MaxClaimBatch <= 0 {
+		c.MaxClaimBatch = DefaultMaxClaimBatch
+	}
+	if client.Mode() != rueidis.ClientModeCluster && c.MaxClaimBatch > 1 {
+		s.claims = &claimBatcher{s: s, maxBatch: c.MaxClaimBatch}
 	}
 	if err := s.checkEvictionPolicy(ctx, c.Strict); err != nil {
 		return nil, err
@@ -216,85 +234,52 @@ func appendDigits(b []byte, n int64, width int) []byte {
 // tokenText formats a token as the record stores it.
 func tokenText(token int64) string { return string(appendDigits(make([]byte, 0, 20), token, 20)) }
 
-// leaseMS formats lease in ms, from the cache when it is the usual lease.
-func (s *Store) leaseMS(lease time.Duration) string {
+// leaseOf formats lease in ms, from the cache when it is the usual lease.
+func (s *Store) leaseOf(lease time.Duration) *leaseText {
 	if c := s.lease.Load(); c != nil && c.d == lease {
-		return c.s
+		return c
 	}
-	c := &leaseText{d: lease, s: millis(lease)}
+	ms := int64((lease + time.Millisecond - 1) / time.Millisecond)
+	c := &leaseText{d: lease, s: strconv.FormatInt(ms, 10), ms: ms}
 	s.lease.Store(c)
-	return c.s
+	return c
 }
 
-// Claim implements [idem.Store].
+// Claim implements [idem.Store]. Concurrent claims share script calls (see
+// [Config.MaxClaimBatch]); each is still atomic on its own key.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := idem.ValidateClaim(req); err != nil {
 		return idem.Claim{}, err
 	}
-	vals, err := claimLua.Exec(ctx, s.client, []string{s.recordKey(req.Scope, req.Key)},
-		[]string{identity(req.Fingerprint, req.Scope, req.Key), s.leaseMS(req.Lease), s.abandonMS}).ToArray()
-	if err != nil {
-		return idem.Claim{}, s.wrap("claim", err)
+	lease := s.leaseOf(req.Lease)
+	c := &claimCall{ctx: ctx, key: s.recordKey(req.Scope, req.Key), id: identity(req.Fingerprint, req.Scope, req.Key), lease: lease}
+	if s.claims != nil {
+		return s.claims.claim(ctx, c)
 	}
-	if len(vals) == 0 {
-		return idem.Claim{}, fmt.Errorf("idemredis: claim: empty reply")
-	}
-	code, err := vals[0].AsInt64()
-	if err != nil {
-		return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
-	}
-	switch outcome := idem.Outcome(code); outcome {
-	case idem.Acquired:
-		if len(vals) != 4 {
-			return idem.Claim{}, fmt.Errorf("idemredis: claim: reply has %d elements", len(vals))
-		}
-		tok, err1 := vals[1].AsInt64()
-		le, err2 := vals[2].AsInt64()
-		takeover, err3 := vals[3].AsInt64()
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
-		}
-		return idem.Claim{Outcome: idem.Acquired, Token: tok, Takeover: takeover == 1, LeaseExpiresAt: time.UnixMilli(le)}, nil
-	case idem.InProgress, idem.Completed, idem.Mismatch:
-		if len(vals) != 2 {
-			return idem.Claim{}, fmt.Errorf("idemredis: claim: reply has %d elements", len(vals))
-		}
-		raw, err := vals[1].ToString()
-		if err != nil {
-			return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
-		}
-		rec, err := parseRecord(raw)
-		if err != nil {
-			return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
-		}
-		return idem.Claim{Outcome: outcome, Record: &rec}, nil
-	case 0:
-		return idem.Claim{}, fmt.Errorf("idemredis: claim: key %s: %w", s.recordKey(req.Scope, req.Key), ErrRecordFormat)
-	default:
-		return idem.Claim{}, fmt.Errorf("idemredis: claim: unknown outcome %d", code)
-	}
+	_ = s.execClaims(ctx, nil, []*claimCall{c})
+	return c.claim, c.err
 }
 
 // tokenOp runs a script that answers 1 (done), 0 (token not current) or
 // -1 (record of another format).
-func (s *Store) tokenOp(ctx context.Context, op string, script *rueidis.Lua, scope, key string, token int64, args ...string) error {
+func (s *Store) tokenOp(ctx context.Context, op string, script *rueidis.Lua, rk string, token int64, args ...string) error {
 	if token <= 0 {
 		return fmt.Errorf("idemredis: %s: token %d: %w", op, token, idem.ErrLeaseLost)
 	}
-	n, err := script.Exec(ctx, s.client, []string{s.recordKey(scope, key)}, append([]string{tokenText(token)}, args...)).AsInt64()
-	return s.tokenReply(op, scope, key, token, n, err)
+	n, err := script.Exec(ctx, s.client, []string{rk}, append([]string{tokenText(token)}, args...)).AsInt64()
+	return s.tokenReply(op, rk, token, n, err)
 }
 
 // tokenReply turns a script's 1/0/-1 answer (or n > 1 for Extend's lease
 // expiry) into an error.
-func (s *Store) tokenReply(op, scope, key string, token, n int64, err error) error {
+func (s *Store) tokenReply(op, rk string, token, n int64, err error) error {
 	switch {
 	case err != nil:
 		return s.wrap(op, err)
 	case n == 0:
 		return fmt.Errorf("idemredis: %s: token %d: %w", op, token, idem.ErrLeaseLost)
 	case n < 0:
-		return fmt.Errorf("idemredis: %s: key %s: %w", op, s.recordKey(scope, key), ErrRecordFormat)
+		return fmt.Errorf("idemredis: %s: key %s: %w", op, rk, ErrRecordFormat)
 	}
 	return nil
 }
@@ -311,7 +296,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if req.Failed {
 		flags = "1" + flags[1:]
 	}
-	return s.tokenOp(ctx, "complete", completeLua, req.Scope, req.Key, req.Token, result, flags, millis(req.Retention))
+	return s.tokenOp(ctx, "complete", completeLua, s.recordKey(req.Scope, req.Key), req.Token, result, flags, millis(req.Retention))
 }
 
 // Release implements [idem.Store].
@@ -319,7 +304,12 @@ func (s *Store) Release(ctx context.Context, scope, key string, token int64) err
 	if err := idem.Validate(scope, key); err != nil {
 		return err
 	}
-	return s.tokenOp(ctx, "release", releaseLua, scope, key, token, s.floorMS)
+	return s.releaseKey(ctx, s.recordKey(scope, key), token)
+}
+
+// releaseKey releases the lease of token on the record at rk.
+func (s *Store) releaseKey(ctx context.Context, rk string, token int64) error {
+	return s.tokenOp(ctx, "release", releaseLua, rk, token, s.floorMS)
 }
 
 // Extend implements [idem.Store].
@@ -333,9 +323,10 @@ func (s *Store) Extend(ctx context.Context, scope, key string, token int64, leas
 	if token <= 0 {
 		return time.Time{}, fmt.Errorf("idemredis: extend: token %d: %w", token, idem.ErrLeaseLost)
 	}
-	le, err := extendLua.Exec(ctx, s.client, []string{s.recordKey(scope, key)},
+	rk := s.recordKey(scope, key)
+	le, err := extendLua.Exec(ctx, s.client, []string{rk},
 		[]string{tokenText(token), millis(lease), s.abandonMS}).AsInt64()
-	if err := s.tokenReply("extend", scope, key, token, le, err); err != nil {
+	if err := s.tokenReply("extend", rk, token, le, err); err != nil {
 		return time.Time{}, err
 	}
 	return time.UnixMilli(le), nil

@@ -110,7 +110,7 @@ func BenchmarkClaim(b *testing.B) {
 		prefix := benchPrefix()
 		runCallers(b, func(i int64) error {
 			k := strconv.FormatInt(i, 10)
-			return script.Run(ctx, c, []string{prefix + "{" + k + "}"}, idemredis.Identity(idem.Fingerprint{}, "bench", k), "60000", "60000").Err()
+			return script.Run(ctx, c, []string{prefix + "{" + k + "}"}, "60000", "60000", idemredis.Identity(idem.Fingerprint{}, "bench", k)).Err()
 		})
 	})
 

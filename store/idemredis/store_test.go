@@ -67,10 +67,14 @@ func deletePrefix(t testing.TB, c rueidis.Client, prefix string) {
 				t.Logf("cleanup SCAN on %s: %v", addr, err)
 				break
 			}
+			// One DEL per key, pipelined: a cluster client routes each by slot.
+			cmds := make(rueidis.Commands, 0, len(e.Elements))
 			for _, k := range e.Elements {
-				// DEL one key at a time: a cluster client routes each by slot.
-				if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
-					t.Logf("cleanup DEL %s: %v", k, err)
+				cmds = append(cmds, c.B().Del().Key(k).Build())
+			}
+			for i, r := range c.DoMulti(ctx, cmds...) {
+				if err := r.Error(); err != nil {
+					t.Logf("cleanup DEL %s: %v", e.Elements[i], err)
 				}
 			}
 			if e.Cursor == 0 {
