@@ -3,6 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -17,6 +21,10 @@ const RedisCallers = 64
 // RedisPipeline is the depth of the pipelined ceiling.
 const RedisPipeline = 16
 
+// RedisBenchmarkCeiling names the row of redis-benchmark's pipelined SET NX
+// PX, the ceiling the Redis target is set against.
+const RedisBenchmarkCeiling = "redis-benchmark -P 16 SET NX PX"
+
 // redisTTL bounds every key the Redis scenarios write, so nothing outlives
 // the run for long.
 const redisTTL = time.Minute
@@ -27,6 +35,7 @@ func redisScenarios(n int) []*Scenario {
 			Note: note, Needs: NeedsRedis, Prepare: prep}
 	}
 	return []*Scenario{
+		row(RedisBenchmarkCeiling, RoleCeiling, "the issue's ceiling: C client, 64 connections, random fresh keys", prepRedisBenchmark),
 		row(fmt.Sprintf("raw SET NX PX, go-redis pipeline ×%d", RedisPipeline), RoleCeiling, "no record, no token, no fingerprint", prepRedisCeiling),
 		row("raw SET NX PX, go-redis unpipelined", RoleTextbook, "one round trip per key", prepRedisTextbook),
 		row("idem Store.Claim (rueidis)", RoleIdem, "Lua claim: record, fencing token, fingerprint", prepRedisClaim),
@@ -134,4 +143,81 @@ func unlinkAfter(c *redis.Client, key func(string) string) func(context.Context,
 		}
 		return flush()
 	}
+}
+
+// prepRedisBenchmark runs redis-benchmark (from redis-tools, installed with
+// the server) with one connection per caller, 16 commands pipelined on
+// each, over as many SET NX PX of random fresh keys as the stream has
+// deliveries, and reports the rate it measured itself. Its keys share a
+// per-run prefix, unlinked after the run.
+func prepRedisBenchmark(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		return Run{}, fmt.Errorf("redis-benchmark not found (it ships with the Redis server, Debian package redis-tools): %w", err)
+	}
+	opt, err := redis.ParseURL(env.RedisURL)
+	if err != nil {
+		return Run{}, err
+	}
+	host, port, err := net.SplitHostPort(opt.Addr)
+	if err != nil {
+		return Run{}, err
+	}
+	c, err := goRedis(env)
+	if err != nil {
+		return Run{}, err
+	}
+	var prefix string
+	return Run{
+		Rate: func(ctx context.Context, st Stream) (float64, error) {
+			prefix = "idembench:" + env.Prefix + ":rb" + randomSuffix() + ":"
+			args := []string{"-h", host, "-p", port, "--csv", "-c", strconv.Itoa(s.Concurrency), "-n", strconv.Itoa(len(st.Keys)),
+				"-P", strconv.Itoa(RedisPipeline), "-r", "1000000000", "SET", prefix + "__rand_int__", "1", "NX", "PX", strconv.FormatInt(redisTTL.Milliseconds(), 10)}
+			if opt.Password != "" {
+				args = append(args, "-a", opt.Password)
+			}
+			if opt.DB != 0 {
+				args = append(args, "--dbnum", strconv.Itoa(opt.DB))
+			}
+			out, err := exec.CommandContext(ctx, bin, args...).Output()
+			if err != nil {
+				return 0, fmt.Errorf("redis-benchmark: %w", err)
+			}
+			// --csv prints a header and one line per test: "name","rps",...
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			fields := strings.Split(lines[len(lines)-1], ",")
+			if len(fields) < 2 {
+				return 0, fmt.Errorf("redis-benchmark printed %q", out)
+			}
+			rps, err := strconv.ParseFloat(strings.Trim(fields[1], `"`), 64)
+			if err != nil || rps <= 0 {
+				return 0, fmt.Errorf("redis-benchmark printed %q", out)
+			}
+			return rps, nil
+		},
+		After: func(ctx context.Context, _ Stream) error {
+			return unlinkPrefix(ctx, c, prefix)
+		},
+	}, nil
+}
+
+// unlinkPrefix deletes every key that starts with prefix.
+func unlinkPrefix(ctx context.Context, c *redis.Client, prefix string) error {
+	iter := c.Scan(ctx, 0, prefix+"*", 10000).Iterator()
+	keys := make([]string, 0, 1000)
+	for iter.Next(ctx) {
+		if keys = append(keys, iter.Val()); len(keys) == cap(keys) {
+			if err := c.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		return c.Unlink(ctx, keys...).Err()
+	}
+	return nil
 }

@@ -88,6 +88,10 @@ type Run struct {
 	Before func(ctx context.Context, stream Stream) error
 	Exec   func(ctx context.Context, stream Stream) error
 	After  func(ctx context.Context, stream Stream) error
+	// Rate, if set, replaces Exec for a scenario that times itself, such
+	// as an external benchmark tool: it runs the stream and returns
+	// messages per second.
+	Rate func(ctx context.Context, stream Stream) (float64, error)
 }
 
 // ID is a stable identifier of the row.
@@ -286,17 +290,25 @@ func measureRun(ctx context.Context, env *Env, s *Scenario, run Run, r int) (flo
 			return 0, fmt.Errorf("run %d: before: %w", r+1, err)
 		}
 	}
-	start := time.Now()
-	if err := run.Exec(ctx, stream); err != nil {
-		return 0, fmt.Errorf("run %d: %w", r+1, err)
+	var rate float64
+	if run.Rate != nil {
+		var err error
+		if rate, err = run.Rate(ctx, stream); err != nil {
+			return 0, fmt.Errorf("run %d: %w", r+1, err)
+		}
+	} else {
+		start := time.Now()
+		if err := run.Exec(ctx, stream); err != nil {
+			return 0, fmt.Errorf("run %d: %w", r+1, err)
+		}
+		rate = float64(len(stream.Keys)) / time.Since(start).Seconds()
 	}
-	elapsed := time.Since(start)
 	if run.After != nil {
 		if err := run.After(ctx, stream); err != nil {
 			return 0, fmt.Errorf("run %d: check: %w", r+1, err)
 		}
 	}
-	return float64(len(stream.Keys)) / elapsed.Seconds(), nil
+	return rate, nil
 }
 
 // NewEnv returns an Env with a fresh scratch directory and prefix.

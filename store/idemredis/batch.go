@@ -142,27 +142,25 @@ func (b *claimBatcher) lead(c *claimCall, conn leaderConn) {
 		conn.release()
 		conn = leaderConn{}
 	}
-	for _, bc := range batch {
-		if !bc.state.CompareAndSwap(callSent, callDone) && bc.err == nil && bc.claim.Outcome == idem.Acquired {
-			go b.s.releaseAbandoned(bc)
-		}
-		bc.wake <- struct{}{}
-	}
-
+	// The next leader first: its batch is waiting, and Redis may be idle.
 	b.mu.Lock()
 	next := b.nextLeaderLocked()
 	if next == nil {
 		b.leaders--
 	}
 	b.mu.Unlock()
-	if next == nil {
-		if conn.c != nil {
-			conn.release()
-		}
-		return
+	if next != nil {
+		next.conn = conn
+		next.wake <- struct{}{}
+	} else if conn.c != nil {
+		conn.release()
 	}
-	next.conn = conn
-	next.wake <- struct{}{}
+	for _, bc := range batch {
+		if !bc.state.CompareAndSwap(callSent, callDone) && bc.err == nil && bc.claim.Outcome == idem.Acquired {
+			go b.s.releaseAbandoned(bc)
+		}
+		bc.wake <- struct{}{}
+	}
 }
 
 // takeLocked moves to a batch the leader c (first in the queue among the

@@ -145,8 +145,8 @@ func TestKeysDoNotCollide(t *testing.T) {
 		}
 		seen[k] = p
 		open, close := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
-		if open < 0 || close != len(k)-1 || close-open-1 != 64 {
-			t.Errorf("key %s must end in a {64 hex digits} hash tag", k)
+		if open < 0 || close != len(k)-1 || close-open-1 != 22 {
+			t.Errorf("key %s must end in a {22-character base64url digest} hash tag", k)
 		}
 	}
 	if s.RecordKey("a:b", "c") == s.RecordKey("a", "b:c") {
