@@ -30,11 +30,9 @@ const releaseAbandonedTimeout = 5 * time.Second
 // The states of a claimCall. A waiter whose context ends takes a queued
 // call out of the queue (callQueued to callAbandoned) or leaves a sent call
 // to its sender (callSent to callAbandoned), which releases a lease nobody
-// is waiting for. A call chosen to lead the next batch (callLeading) is
-// sent by its own goroutine, whose context no longer matters.
+// is waiting for.
 const (
 	callQueued int32 = iota
-	callLeading
 	callSent
 	callDone
 	callAbandoned
@@ -47,20 +45,9 @@ type claimCall struct {
 	id    string // identity (see scripts.go)
 	lease *leaseText
 	state atomic.Int32
-	// wake receives one signal: the call is done, or (state callLeading) its
-	// goroutine must send the next batch.
-	wake  chan struct{}
-	conn  leaderConn // the connection handed to a call chosen to lead
+	done  chan struct{} // closed when claim and err are set
 	claim idem.Claim
 	err   error
-}
-
-// leaderConn is the dedicated connection that a batch's leader sends on,
-// handed from leader to leader while claims keep coming and given back to
-// the client's pool when the queue empties.
-type leaderConn struct {
-	c       rueidis.DedicatedClient
-	release func()
 }
 
 // claimBatcher gathers the claims that arrive while earlier ones are in
@@ -69,22 +56,21 @@ type leaderConn struct {
 // system calls are paid once per call instead of once per claim. Each key is
 // still claimed atomically and in arrival order.
 //
-// There is no background goroutine and no timer. A claim that finds fewer
-// than claimsInFlight calls in flight leads: its own goroutine takes the
-// queue (itself first) and sends it at once, so a lone claim costs one round
-// trip. A claim that finds the calls in flight waits in the queue; when a
-// leader's call returns and the queue is not empty, the leader wakes the
-// first waiter to lead the next call, hands it its connection and returns.
-// Leaders send on a dedicated connection from the client's pool, which
-// rueidis drives synchronously from the leader's goroutine instead of
-// through its pipelining goroutines.
+// There is no timer. A claim that finds fewer than claimsInFlight senders
+// starts one, which sends the queue (this claim alone, if nobody else is
+// waiting) at once, and keeps sending what queued meanwhile until the queue
+// is empty. A sender is a goroutine of its own, so that every caller can
+// stop waiting when its context ends while the call that carries its claim,
+// and others', goes on. Senders use a dedicated connection from the
+// client's pool, which rueidis drives synchronously from the sender instead
+// of through its pipelining goroutines: fewer hand-offs per call.
 type claimBatcher struct {
 	s        *Store
 	maxBatch int
 
 	mu      sync.Mutex
 	queue   []*claimCall
-	leaders int // calls being sent, at most claimsInFlight
+	senders int // at most claimsInFlight
 }
 
 // claim queues c and returns its outcome, or an error once ctx ends.
@@ -92,90 +78,73 @@ func (b *claimBatcher) claim(ctx context.Context, c *claimCall) (idem.Claim, err
 	if err := context.Cause(ctx); err != nil {
 		return idem.Claim{}, b.s.wrap("claim", err)
 	}
-	c.wake = make(chan struct{}, 1)
+	c.done = make(chan struct{})
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	lead := b.leaders < claimsInFlight
-	if lead {
-		b.leaders++
-		c.state.Store(callLeading)
+	start := b.senders < claimsInFlight
+	if start {
+		b.senders++
 	}
 	b.mu.Unlock()
-	if lead {
-		b.lead(c, leaderConn{})
+	if start {
+		go b.send()
 	}
-	done := ctx.Done()
+	select {
+	case <-c.done:
+		return c.claim, c.err
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) || c.state.CompareAndSwap(callSent, callAbandoned) {
+			return idem.Claim{}, b.s.wrap("claim", context.Cause(ctx))
+		}
+		<-c.done // the reply arrived as ctx ended: report it
+		return c.claim, c.err
+	}
+}
+
+// send sends batches until the queue is empty.
+func (b *claimBatcher) send() {
+	conn, release := b.s.client.Dedicate()
 	for {
-		select {
-		case <-c.wake:
-			if c.state.Load() == callLeading {
-				b.lead(c, c.conn)
-				continue
+		b.mu.Lock()
+		batch := b.takeLocked()
+		if len(batch) == 0 {
+			b.senders--
+			b.mu.Unlock()
+			release()
+			return
+		}
+		b.mu.Unlock()
+		// The call carries other callers' claims, so it must not end with
+		// the first one's context; the context's values (trace spans) are
+		// kept.
+		if err := b.s.execClaims(context.WithoutCancel(batch[0].ctx), conn, batch); err != nil {
+			// A broken connection goes back to the pool, which drops it.
+			release()
+			conn, release = b.s.client.Dedicate()
+		}
+		for _, c := range batch {
+			if !c.state.CompareAndSwap(callSent, callDone) && c.err == nil && c.claim.Outcome == idem.Acquired {
+				go b.s.releaseAbandoned(c)
 			}
-			return c.claim, c.err
-		case <-done:
-			if c.state.CompareAndSwap(callQueued, callAbandoned) || c.state.CompareAndSwap(callSent, callAbandoned) {
-				return idem.Claim{}, b.s.wrap("claim", context.Cause(ctx))
-			}
-			// Leading, or done: the signal is on its way.
-			done = nil
+			close(c.done)
 		}
 	}
 }
 
-// lead sends one batch, which starts with c, on conn (or a connection
-// taken from the client's pool), then hands the connection to the next
-// leader or gives it back.
-func (b *claimBatcher) lead(c *claimCall, conn leaderConn) {
-	if conn.c == nil {
-		conn.c, conn.release = b.s.client.Dedicate()
-	}
-	b.mu.Lock()
-	batch := b.takeLocked(c)
-	b.mu.Unlock()
-
-	// The call carries other callers' claims, so it must not end with the
-	// leader's context; the context's values (trace spans) are kept.
-	if err := b.s.execClaims(context.WithoutCancel(c.ctx), conn.c, batch); err != nil {
-		// A broken connection goes back to the pool, which drops it; the
-		// next leader takes a fresh one.
-		conn.release()
-		conn = leaderConn{}
-	}
-	// The next leader first: its batch is waiting, and Redis may be idle.
-	b.mu.Lock()
-	next := b.nextLeaderLocked()
-	if next == nil {
-		b.leaders--
-	}
-	b.mu.Unlock()
-	if next != nil {
-		next.conn = conn
-		next.wake <- struct{}{}
-	} else if conn.c != nil {
-		conn.release()
-	}
-	for _, bc := range batch {
-		if !bc.state.CompareAndSwap(callSent, callDone) && bc.err == nil && bc.claim.Outcome == idem.Acquired {
-			go b.s.releaseAbandoned(bc)
-		}
-		bc.wake <- struct{}{}
-	}
-}
-
-// takeLocked moves to a batch the leader c (first in the queue among the
-// calls still waiting) and then, up to maxBatch, the queued calls with the
-// same lease, skipping the calls abandoned while queued. Calls with another
-// lease keep their place for a later batch.
-func (b *claimBatcher) takeLocked(c *claimCall) []*claimCall {
-	c.state.Store(callSent)
-	batch := make([]*claimCall, 1, min(len(b.queue)+1, b.maxBatch))
-	batch[0] = c
+// takeLocked takes from the queue the first waiting call and, up to
+// maxBatch, the waiting calls with the same lease, skipping the calls
+// abandoned while queued. Calls with another lease keep their place for a
+// later batch.
+func (b *claimBatcher) takeLocked() []*claimCall {
+	var batch []*claimCall
 	kept := b.queue[:0]
 	for _, q := range b.queue {
 		switch {
-		case q == c:
-		case len(batch) < b.maxBatch && q.lease.ms == c.lease.ms && q.state.CompareAndSwap(callQueued, callSent):
+		case len(batch) < b.maxBatch && (len(batch) == 0 || q.lease.ms == batch[0].lease.ms) &&
+			q.state.CompareAndSwap(callQueued, callSent):
+			if batch == nil {
+				batch = make([]*claimCall, 0, min(len(b.queue), b.maxBatch))
+			}
 			batch = append(batch, q)
 		case q.state.Load() == callQueued:
 			kept = append(kept, q)
@@ -184,19 +153,6 @@ func (b *claimBatcher) takeLocked(c *claimCall) []*claimCall {
 	clear(b.queue[len(kept):])
 	b.queue = kept
 	return batch
-}
-
-// nextLeaderLocked picks the first queued call to lead the next batch, or
-// nil when no call is waiting.
-func (b *claimBatcher) nextLeaderLocked() *claimCall {
-	for _, q := range b.queue {
-		if q.state.CompareAndSwap(callQueued, callLeading) {
-			return q
-		}
-	}
-	clear(b.queue)
-	b.queue = b.queue[:0]
-	return nil
 }
 
 // releaseAbandoned releases the lease of a claim whose caller stopped
