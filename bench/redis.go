@@ -38,6 +38,7 @@ func redisScenarios(n int) []*Scenario {
 		row(RedisBenchmarkCeiling, RoleCeiling, "the issue's ceiling: C client, 64 connections, random fresh keys", prepRedisBenchmark),
 		row(fmt.Sprintf("raw SET NX PX, go-redis pipeline ×%d", RedisPipeline), RoleCeiling, "no record, no token, no fingerprint", prepRedisCeiling),
 		row("raw SET NX PX, go-redis unpipelined", RoleTextbook, "one round trip per key", prepRedisTextbook),
+		row("raw SET NX PX, rueidis, one per caller", RoleTextbook, "the bare command from the same 64 callers, auto-pipelined", prepRedisRueidis),
 		row("idem Store.Claim (rueidis)", RoleIdem, "Lua claim: record, fencing token, fingerprint", prepRedisClaim),
 	}
 }
@@ -85,16 +86,44 @@ func prepRedisTextbook(ctx context.Context, env *Env, s *Scenario) (Run, error) 
 	}}, nil
 }
 
+// rueidisClient returns the run's rueidis client, opened once.
+func rueidisClient(env *Env) (rueidis.Client, error) {
+	return sharedValue(env, "rueidis", func() (rueidis.Client, error) {
+		opt, err := rueidis.ParseURL(env.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		c, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil, err
+		}
+		env.Cleanup(c.Close)
+		return c, nil
+	})
+}
+
+func prepRedisRueidis(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	c, err := rueidisClient(env)
+	if err != nil {
+		return Run{}, err
+	}
+	gr, err := goRedis(env)
+	if err != nil {
+		return Run{}, err
+	}
+	ttl := redisTTL.Milliseconds()
+	return Run{After: unlinkAfter(gr, func(k string) string { return "idembench:" + k }), Exec: func(ctx context.Context, st Stream) error {
+		return eachMessage(ctx, s.Concurrency, len(st.Keys), func(ctx context.Context, _, i int) error {
+			return c.Do(ctx, c.B().Set().Key("idembench:"+st.Keys[i]).Value("1").Nx().PxMilliseconds(ttl).Build()).Error()
+		})
+	}}, nil
+}
+
 func prepRedisClaim(ctx context.Context, env *Env, s *Scenario) (Run, error) {
-	opt, err := rueidis.ParseURL(env.RedisURL)
+	client, err := rueidisClient(env)
 	if err != nil {
 		return Run{}, err
 	}
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		return Run{}, err
-	}
-	env.Cleanup(client.Close)
 	store, err := idemredis.New(ctx, client, &idemredis.Config{Prefix: "idembench:" + env.Prefix + ":", AbandonedRetention: redisTTL})
 	if err != nil {
 		return Run{}, err

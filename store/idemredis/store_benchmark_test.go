@@ -59,10 +59,13 @@ func benchPrefix() string {
 
 // BenchmarkClaim compares, in one run against the same server:
 //
-//   - Store: idem claims of fresh keys through the Store (rueidis,
-//     auto-pipelined), 64 concurrent callers;
-//   - GoRedisScript: the same claim script through go-redis v9 with a pool
-//     of 64 connections, 64 concurrent callers (the driver comparison);
+//   - Store: idem claims of fresh keys through the Store (batched), 64
+//     concurrent callers;
+//   - StoreUnbatched: the same with MaxClaimBatch 1, one script call per
+//     claim;
+//   - GoRedisScript: the same claim script, one key per call, through
+//     go-redis v9 with a pool of 64 connections, 64 concurrent callers (the
+//     driver comparison, against StoreUnbatched);
 //   - SetNXPX: a bare SET key v NX PX through rueidis, 64 callers (what the
 //     script costs over Redis's cheapest dedupe command from Go);
 //   - RedisBenchmarkP16 / RedisBenchmarkP1: redis-benchmark's SET NX PX with
@@ -83,18 +86,11 @@ func BenchmarkClaim(b *testing.B) {
 		runCallers(b, freshClaims(ctx, s))
 	})
 
-	// The same with rueidis's MaxFlushDelay: each connection waits up to
-	// 20µs to gather more concurrent commands into one write, trading a
-	// little latency for far fewer system calls on a loaded machine.
-	b.Run("StoreFlushDelay20us", func(b *testing.B) {
-		fopt := opt
-		fopt.MaxFlushDelay = 20 * time.Microsecond
-		c, err := rueidis.NewClient(fopt)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(c.Close)
-		s := newStore(b, c, nil)
+	// Every claim on its own call, as before batching and as on a cluster
+	// client (rueidis auto-pipelines the concurrent calls).
+	b.Run("StoreUnbatched", func(b *testing.B) {
+		c := newClient(b)
+		s := newStore(b, c, &idemredis.Config{MaxClaimBatch: 1})
 		runCallers(b, freshClaims(ctx, s))
 	})
 
