@@ -14,23 +14,24 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// DefaultMaxClaimBatch is the default of [Config.MaxClaimBatch].
-const DefaultMaxClaimBatch = 64
+// DefaultMaxBatch is the default of [Config.MaxBatch].
+const DefaultMaxBatch = 64
 
-// claimsInFlight is how many claim calls a store keeps in flight at once on
-// a standalone or sentinel client. Two keep Redis busy while the previous
-// reply travels back and is decoded; more split the same callers into
-// smaller calls, each paying the script's fixed cost.
-const claimsInFlight = 2
+// callsInFlight is how many script calls of one kind (claims, or
+// completions) a store keeps in flight at once on a standalone or sentinel
+// client. Two keep Redis busy while the previous reply travels back and is
+// decoded; more split the same callers into smaller calls, each paying the
+// script's fixed cost.
+const callsInFlight = 2
 
 // releaseAbandonedTimeout bounds the Release of a lease whose caller gave
 // up while its claim was in flight.
 const releaseAbandonedTimeout = 5 * time.Second
 
-// The states of a claimCall. A waiter whose context ends takes a queued
-// call out of the queue (callQueued to callAbandoned) or leaves a sent call
-// to its sender (callSent to callAbandoned), which releases a lease nobody
-// is waiting for.
+// The states of a call. A waiter whose context ends takes a queued call out
+// of the queue (callQueued to callAbandoned) or leaves a sent call to its
+// sender (callSent to callAbandoned), which releases a lease nobody is
+// waiting for.
 const (
 	callQueued int32 = iota
 	callSent
@@ -38,50 +39,70 @@ const (
 	callAbandoned
 )
 
-// claimCall is one Store.Claim on its way to Redis.
-type claimCall struct {
+// call is one Store.Claim or Store.Complete on its way to Redis.
+type call struct {
 	ctx   context.Context
 	key   string // the record's Redis key
+	state atomic.Int32
+	done  chan struct{} // closed when the outcome is set
+	err   error
+
+	// Claim.
 	id    string // identity (see scripts.go)
 	lease *leaseText
-	state atomic.Int32
-	done  chan struct{} // closed when claim and err are set
 	claim idem.Claim
-	err   error
+
+	// Complete.
+	token     int64
+	tokenText string
+	result    string
+	flags     string // failed and tombstone, two bytes of 0|1
+	retention string // ms
 }
 
-// claimBatcher gathers the claims that arrive while earlier ones are in
-// flight and sends them as one claim script call: the script's fixed cost
-// (EVALSHA, TIME, formatting the record header), the round trip and the
-// system calls are paid once per call instead of once per claim. Each key is
-// still claimed atomically and in arrival order.
+// batcher gathers the calls of one kind that arrive while earlier ones are
+// in flight and sends them as one script call: the script's fixed cost
+// (EVALSHA, TIME, formatting), the round trip and the system calls are paid
+// once per call instead of once per claim or completion. Each key is still
+// handled atomically and in arrival order.
 //
-// There is no timer. A claim that finds fewer than claimsInFlight senders
-// starts one, which sends the queue (this claim alone, if nobody else is
+// There is no timer. A call that finds fewer than callsInFlight senders
+// starts one, which sends the queue (this call alone, if nobody else is
 // waiting) at once, and keeps sending what queued meanwhile until the queue
 // is empty. A sender is a goroutine of its own, so that every caller can
-// stop waiting when its context ends while the call that carries its claim,
-// and others', goes on. Senders use a dedicated connection from the
+// stop waiting when its context ends while the script call that carries its
+// work, and others', goes on. Senders use a dedicated connection from the
 // client's pool, which rueidis drives synchronously from the sender instead
 // of through its pipelining goroutines: fewer hand-offs per call.
-type claimBatcher struct {
+type batcher struct {
 	s        *Store
+	op       string
 	maxBatch int
+	// exec runs one script call for calls and sets their outcomes; it
+	// returns the connection's error, if any.
+	exec func(ctx context.Context, conn rueidis.DedicatedClient, calls []*call) error
+	// fits reports whether c can join a batch that starts with first.
+	fits func(first, c *call) bool
+	// abandoned, if set, is called for a call that succeeded after its
+	// caller stopped waiting.
+	abandoned func(c *call)
 
 	mu      sync.Mutex
-	queue   []*claimCall
-	senders int // at most claimsInFlight
+	queue   []*call
+	senders int // at most callsInFlight
 }
 
-// claim queues c and returns its outcome, or an error once ctx ends.
-func (b *claimBatcher) claim(ctx context.Context, c *claimCall) (idem.Claim, error) {
+// do queues c and waits for its outcome, or returns an error once ctx
+// ends.
+func (b *batcher) do(ctx context.Context, c *call) error {
 	if err := context.Cause(ctx); err != nil {
-		return idem.Claim{}, b.s.wrap("claim", err)
+		return b.s.wrap(b.op, err)
 	}
+	c.ctx = ctx
 	c.done = make(chan struct{})
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	start := b.senders < claimsInFlight
+	start := b.senders < callsInFlight
 	if start {
 		b.senders++
 	}
@@ -91,18 +112,18 @@ func (b *claimBatcher) claim(ctx context.Context, c *claimCall) (idem.Claim, err
 	}
 	select {
 	case <-c.done:
-		return c.claim, c.err
+		return c.err
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) || c.state.CompareAndSwap(callSent, callAbandoned) {
-			return idem.Claim{}, b.s.wrap("claim", context.Cause(ctx))
+			return b.s.wrap(b.op, context.Cause(ctx))
 		}
 		<-c.done // the reply arrived as ctx ended: report it
-		return c.claim, c.err
+		return c.err
 	}
 }
 
 // send sends batches until the queue is empty.
-func (b *claimBatcher) send() {
+func (b *batcher) send() {
 	conn, release := b.s.client.Dedicate()
 	for {
 		b.mu.Lock()
@@ -114,17 +135,16 @@ func (b *claimBatcher) send() {
 			return
 		}
 		b.mu.Unlock()
-		// The call carries other callers' claims, so it must not end with
-		// the first one's context; the context's values (trace spans) are
-		// kept.
-		if err := b.s.execClaims(context.WithoutCancel(batch[0].ctx), conn, batch); err != nil {
+		// The call carries other callers' work, so it must not end with the
+		// first one's context; the context's values (trace spans) are kept.
+		if err := b.exec(context.WithoutCancel(batch[0].ctx), conn, batch); err != nil {
 			// A broken connection goes back to the pool, which drops it.
 			release()
 			conn, release = b.s.client.Dedicate()
 		}
 		for _, c := range batch {
-			if !c.state.CompareAndSwap(callSent, callDone) && c.err == nil && c.claim.Outcome == idem.Acquired {
-				go b.s.releaseAbandoned(c)
+			if !c.state.CompareAndSwap(callSent, callDone) && c.err == nil && b.abandoned != nil {
+				go b.abandoned(c)
 			}
 			close(c.done)
 		}
@@ -132,18 +152,18 @@ func (b *claimBatcher) send() {
 }
 
 // takeLocked takes from the queue the first waiting call and, up to
-// maxBatch, the waiting calls with the same lease, skipping the calls
-// abandoned while queued. Calls with another lease keep their place for a
+// maxBatch, the waiting calls that fit with it, skipping the calls
+// abandoned while queued. Calls that do not fit keep their place for a
 // later batch.
-func (b *claimBatcher) takeLocked() []*claimCall {
-	var batch []*claimCall
+func (b *batcher) takeLocked() []*call {
+	var batch []*call
 	kept := b.queue[:0]
 	for _, q := range b.queue {
 		switch {
-		case len(batch) < b.maxBatch && (len(batch) == 0 || q.lease.ms == batch[0].lease.ms) &&
+		case len(batch) < b.maxBatch && (len(batch) == 0 || b.fits(batch[0], q)) &&
 			q.state.CompareAndSwap(callQueued, callSent):
 			if batch == nil {
-				batch = make([]*claimCall, 0, min(len(b.queue), b.maxBatch))
+				batch = make([]*call, 0, min(len(b.queue), b.maxBatch))
 			}
 			batch = append(batch, q)
 		case q.state.Load() == callQueued:
@@ -155,26 +175,92 @@ func (b *claimBatcher) takeLocked() []*claimCall {
 	return batch
 }
 
+// newBatchers sets up the store's claim and completion batchers.
+func (s *Store) newBatchers(maxBatch int) {
+	s.claims = &batcher{s: s, op: "claim", maxBatch: maxBatch, exec: s.execClaims,
+		fits:      func(first, c *call) bool { return c.lease.ms == first.lease.ms },
+		abandoned: s.releaseAbandoned}
+	s.completes = &batcher{s: s, op: "complete", maxBatch: maxBatch, exec: s.execCompletes,
+		fits: func(_, _ *call) bool { return true }}
+}
+
 // releaseAbandoned releases the lease of a claim whose caller stopped
 // waiting while the claim was in flight, so that the key does not stay in
 // progress until the lease expires. If the release fails, the lease
 // expires as usual.
-func (s *Store) releaseAbandoned(c *claimCall) {
+func (s *Store) releaseAbandoned(c *call) {
+	if c.claim.Outcome != idem.Acquired {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), releaseAbandonedTimeout)
 	defer cancel()
 	_ = s.releaseKey(ctx, c.key, c.claim.Token)
 }
 
-// claimSHA is the SHA-1 that EVALSHA names the claim script by.
-var claimSHA = func() string {
-	h := sha1.Sum([]byte(claimScript))
-	return hex.EncodeToString(h[:])
-}()
+// run runs one script on conn, by EVALSHA and, after a NOSCRIPT, EVAL, or
+// through the client's Lua helper when conn is nil.
+func (s *Store) run(ctx context.Context, conn rueidis.DedicatedClient, script *script, keys, args []string) rueidis.RedisResult {
+	if conn == nil {
+		return script.lua.Exec(ctx, s.client, keys, args)
+	}
+	r := conn.Do(ctx, conn.B().Evalsha().Sha1(script.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	if rerr, ok := rueidis.IsRedisErr(r.Error()); ok && rerr.IsNoScript() {
+		r = conn.Do(ctx, conn.B().Eval().Script(script.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	return r
+}
+
+// script is a Lua script with its SHA-1, for EVALSHA on a dedicated
+// connection, and its rueidis helper, for the client.
+type script struct {
+	src string
+	sha string
+	lua *rueidis.Lua
+}
+
+var (
+	claimScr    = newScript(claimScript)
+	completeScr = newScript(completeScript)
+)
+
+func newScript(src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(h[:]), lua: rueidis.NewLuaScript(src)}
+}
+
+// execCompletes runs the completion script once for calls and sets each
+// call's error.
+func (s *Store) execCompletes(ctx context.Context, conn rueidis.DedicatedClient, calls []*call) error {
+	keys := make([]string, len(calls))
+	args := make([]string, 0, 4*len(calls))
+	for i, c := range calls {
+		keys[i] = c.key
+		args = append(args, c.tokenText, c.result, c.flags, c.retention)
+	}
+	r := s.run(ctx, conn, completeScr, keys, args)
+	vals, err := r.ToArray()
+	if err == nil && len(vals) != len(calls) {
+		err = fmt.Errorf("reply has %d elements, want %d", len(vals), len(calls))
+	}
+	for i, c := range calls {
+		if err != nil {
+			c.err = s.wrap("complete", err)
+			continue
+		}
+		if ierr := vals[i].Error(); ierr != nil {
+			c.err = s.wrap("complete", ierr)
+			continue
+		}
+		n, ierr := vals[i].AsInt64()
+		c.err = s.tokenReply("complete", c.key, c.token, n, ierr)
+	}
+	return r.NonRedisError()
+}
 
 // execClaims runs the claim script once for calls, which share a lease, on
 // conn, or through the client when conn is nil, and sets each call's claim
 // or error. It returns the error of the connection, if any.
-func (s *Store) execClaims(ctx context.Context, conn rueidis.DedicatedClient, calls []*claimCall) error {
+func (s *Store) execClaims(ctx context.Context, conn rueidis.DedicatedClient, calls []*call) error {
 	keys := make([]string, len(calls))
 	args := make([]string, 2, 2+len(calls))
 	args[0], args[1] = s.abandonMS, calls[0].lease.s
@@ -182,15 +268,7 @@ func (s *Store) execClaims(ctx context.Context, conn rueidis.DedicatedClient, ca
 		keys[i] = c.key
 		args = append(args, c.id)
 	}
-	var r rueidis.RedisResult
-	if conn == nil {
-		r = claimLua.Exec(ctx, s.client, keys, args)
-	} else {
-		r = conn.Do(ctx, conn.B().Evalsha().Sha1(claimSHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-		if rerr, ok := rueidis.IsRedisErr(r.Error()); ok && rerr.IsNoScript() {
-			r = conn.Do(ctx, conn.B().Eval().Script(claimScript).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-		}
-	}
+	r := s.run(ctx, conn, claimScr, keys, args)
 	vals, err := r.ToArray()
 	if err == nil && len(vals) != 2+len(calls) {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), 2+len(calls))
@@ -213,7 +291,7 @@ func (s *Store) execClaims(ctx context.Context, conn rueidis.DedicatedClient, ca
 }
 
 // decodeClaim decodes one item of the claim script's reply.
-func (s *Store) decodeClaim(c *claimCall, token, now int64, item *rueidis.RedisMessage) (idem.Claim, error) {
+func (s *Store) decodeClaim(c *call, token, now int64, item *rueidis.RedisMessage) (idem.Claim, error) {
 	if item.IsInt64() {
 		if n, _ := item.AsInt64(); n != 1 {
 			return idem.Claim{}, fmt.Errorf("idemredis: claim: unknown item %d", n)

@@ -296,6 +296,71 @@ func TestClaimsSurviveKilledConnections(t *testing.T) {
 func TestConformanceUnbatched(t *testing.T) {
 	c := newClient(t)
 	idemstoretest.Run(t, func(t *testing.T) idem.Store {
-		return newStore(t, c, &idemredis.Config{MaxClaimBatch: 1})
+		return newStore(t, c, &idemredis.Config{MaxBatch: 1})
 	}, &idemstoretest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
+}
+
+// TestConcurrentCompletionsShareCalls: completions made while the server is
+// busy go out together, each with its own outcome: the records complete
+// with their results, a stale token loses its lease, and a key holding a
+// value of another type fails alone.
+func TestConcurrentCompletionsShareCalls(t *testing.T) {
+	t.Parallel()
+	addr := startRedis(t)
+	c := clientAt(t, addr)
+	s := newStore(t, c, nil)
+	ctx := context.Background()
+
+	const n = 64
+	tokens := make([]int64, n)
+	for i := range n {
+		cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "complete", Key: fmt.Sprint(i), Lease: time.Minute})
+		if err != nil || cl.Outcome != idem.Acquired {
+			t.Fatalf("claim %d: %+v, %v", i, cl, err)
+		}
+		tokens[i] = cl.Token
+	}
+	do(t, c, c.B().Hset().Key(s.RecordKey("complete", "hash")).FieldValue().FieldValue("f", "v").Build())
+	do(t, c, c.B().ConfigResetstat().Build())
+
+	errs := make([]error, n)
+	var staleErr, hashErr error
+	unblocked := blockRedis(t, addr, 300*time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = s.Complete(ctx, idem.CompleteRequest{Scope: "complete", Key: fmt.Sprint(i), Token: tokens[i],
+				Result: []byte(fmt.Sprintf("result %d", i)), Retention: time.Hour})
+		})
+	}
+	wg.Go(func() {
+		staleErr = s.Complete(ctx, idem.CompleteRequest{Scope: "complete", Key: "0", Token: tokens[0] - 1, Result: []byte("stale"), Retention: time.Hour})
+	})
+	wg.Go(func() {
+		hashErr = s.Complete(ctx, idem.CompleteRequest{Scope: "complete", Key: "hash", Token: tokens[1], Retention: time.Hour})
+	})
+	wg.Wait()
+	<-unblocked
+
+	if !errors.Is(staleErr, idem.ErrLeaseLost) {
+		t.Errorf("complete with a stale token: %v, want ErrLeaseLost", staleErr)
+	}
+	if !errors.Is(hashErr, idemredis.ErrRecordFormat) {
+		t.Errorf("complete of a hash key: %v, want ErrRecordFormat", hashErr)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("complete %d: %v", i, err)
+		}
+		rec, err := s.Get(ctx, "complete", fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != idem.StateCompleted || string(rec.Result) != fmt.Sprintf("result %d", i) || rec.Token != tokens[i] {
+			t.Errorf("record %d: %+v, want completed with its own result and token %d", i, rec, tokens[i])
+		}
+	}
+	if calls := scriptCalls(t, c); calls >= (n+2)/4 {
+		t.Errorf("%d completions took %d script calls; want them batched into fewer than %d", n+2, calls, (n+2)/4)
+	}
 }

@@ -78,24 +78,26 @@
 //
 // # Batched claims
 //
-// Concurrent claims share script calls. A claim that finds fewer than two
-// calls in flight starts a sender, which sends the queue at once (the claim
-// alone, if nobody else waits); claims that arrive while two calls are in
-// flight queue, and each sender, when its call returns, sends the next up
-// to [Config.MaxClaimBatch] (default 64) queued claims with the same lease
-// as one call. One call reads TIME once and formats the record header once,
-// then claims its keys one after the other, each atomically, in arrival
-// order: the same key twice in one call behaves as two calls. There is no
-// timer; a claim waits only while the server is busy with earlier ones.
-// Senders send on dedicated connections from the client's pool (two at
-// most), which rueidis drives synchronously, without its pipelining
-// goroutines. Errors are per claim: one key holding a value of another type
-// fails its own claim, not the others in its call.
+// Concurrent claims share script calls, and so do concurrent completions.
+// A claim that finds fewer than two calls in flight starts a sender, which
+// sends the queue at once (the claim alone, if nobody else waits); claims
+// that arrive while two calls are in flight queue, and each sender, when
+// its call returns, sends the next up to [Config.MaxBatch] (default 64)
+// queued claims with the same lease as one call. One call reads TIME once
+// and formats the record header once, then claims its keys one after the
+// other, each atomically, in arrival order: the same key twice in one call
+// behaves as two calls. Completions batch the same way, each record checked
+// against its own token. There is no timer; a call waits only while the
+// server is busy with earlier ones. Senders send on dedicated connections
+// from the client's pool (two per kind at most), which rueidis drives
+// synchronously, without its pipelining goroutines. Errors are per item:
+// one key holding a value of another type fails its own claim, not the
+// others in its call.
 //
 // A caller whose context ends stops waiting at once. A claim still queued
 // is then never sent; a claim already sent runs, and if it acquired the
 // lease, the sender releases it, so the key does not stay in progress for a
-// lease that nobody holds. On a cluster client, or with MaxClaimBatch 1,
+// lease that nobody holds. On a cluster client, or with MaxBatch 1,
 // each claim is its own call through the client's auto-pipelining; such a
 // call whose context ends may still be applied (see below).
 //
@@ -192,7 +194,7 @@
 //	redis-benchmark -P 16 SET NX PX, 64 clients (ceiling)     133,000–355,000/s
 //	Store.Claim, 64 callers (batched)                          109,000–153,000/s
 //	SET NX PX through rueidis, the same 64 callers             105,000–114,000/s
-//	Store.Claim, 64 callers, MaxClaimBatch 1                    73,000–78,000/s
+//	Store.Claim, 64 callers, MaxBatch 1                    73,000–78,000/s
 //	redis-benchmark -P 1 SET NX PX, 64 clients                  46,000–47,000/s
 //
 // A batched claim, with its record, fingerprint check and fencing token, is
@@ -214,10 +216,10 @@
 // call (EVALSHA, TIME, formatting the header) is about 5µs.
 //
 // Batching costs a goroutine hand-off per call, which shows when few
-// callers claim at once: MaxClaimBatch 1 is 20–35% faster with one to four
+// callers claim at once: MaxBatch 1 is 20–35% faster with one to four
 // callers (12,900 against 9,900 claims/s for one caller on that machine)
 // and 14% faster with eight; from 16 callers the batched store is faster
-// (+24%), and at 64 it is 1.5–2 times as fast. Set MaxClaimBatch to 1 for a store that only ever sees a
+// (+24%), and at 64 it is 1.5–2 times as fast. Set MaxBatch to 1 for a store that only ever sees a
 // handful of concurrent claims and cares about each one's latency.
 //
 // # Requirements

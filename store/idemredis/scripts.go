@@ -121,22 +121,42 @@ end
 return out
 `
 
-// completeScript: ARGV[1] token (20 digits), ARGV[2] result, ARGV[3] failed
-// and tombstone flags (two bytes of 0|1), ARGV[4] retention ms. Returns 1,
-// 0 when the token is not the current token of a record in progress, or -1
-// when the key holds a record of another format.
+// completeScript completes one or more records in one call: KEYS[i] is
+// the record of item i, and ARGV[4i-3], ARGV[4i-2], ARGV[4i-1] and ARGV[4i]
+// are its token (20 digits), result, failed and tombstone flags (two bytes
+// of 0|1) and retention in ms. Store.Complete sends the completions that
+// arrive while earlier calls are in flight as one call (see batch.go); in
+// cluster mode every call has one key. It returns one item per key: 1, 0
+// when the token is not the current token of a record in progress, -1 when
+// the key holds a record of another format, or an error reply (out of
+// memory, a value of another Redis type) that concerns that item alone.
 const completeScript = `
-local cur = redis.call('GET', KEYS[1])
-if not cur then return 0 end
-if #cur < 24 or string.byte(cur, 1) ~= 49 then return -1 end
-if string.sub(cur, 2, 2) ~= 'p' or string.sub(cur, 5, 24) ~= ARGV[1] then return 0 end
-if #cur < 127 then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ex = now + tonumber(ARGV[4])
-redis.call('SET', KEYS[1], '1c' .. ARGV[3] .. string.sub(cur, 5, 56) ..
-  string.format('%016.0f%016.0f', now, ex) .. string.sub(cur, 89) .. ARGV[2], 'PXAT', string.format('%.0f', ex))
-return 1
+local out = {}
+for i = 1, #KEYS do
+  local k, a = KEYS[i], 4 * i
+  local cur = redis.pcall('GET', k)
+  local r
+  if type(cur) == 'table' then
+    r = cur
+  elseif not cur then
+    r = 0
+  elseif #cur < 24 or string.byte(cur, 1) ~= 49 then
+    r = -1
+  elseif string.sub(cur, 2, 2) ~= 'p' or string.sub(cur, 5, 24) ~= ARGV[a - 3] then
+    r = 0
+  elseif #cur < 127 then
+    r = -1
+  else
+    local ex = now + tonumber(ARGV[a])
+    r = redis.pcall('SET', k, '1c' .. ARGV[a - 1] .. string.sub(cur, 5, 56) ..
+      string.format('%016.0f%016.0f', now, ex) .. string.sub(cur, 89) .. ARGV[a - 2], 'PXAT', string.format('%.0f', ex))
+    if not r.err then r = 1 end
+  end
+  out[i] = r
+end
+return out
 `
 
 // extendScript: ARGV[1] token (20 digits), ARGV[2] lease ms, ARGV[3]

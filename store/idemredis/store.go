@@ -57,14 +57,15 @@ type Config struct {
 	// late Complete from the original holder still succeeds. After that,
 	// Redis deletes the record. Default idem.DefaultRetention.
 	AbandonedRetention time.Duration
-	// MaxClaimBatch bounds how many concurrent claims share one script
-	// call. Claims that arrive while earlier ones are in flight wait and go
-	// out together, which divides the script's fixed cost and the round
-	// trips among them; a lone claim goes out at once. Default
-	// DefaultMaxClaimBatch; 1 sends every claim on its own. Ignored on a
-	// cluster client, where every claim is its own call (a script's keys must
+	// MaxBatch bounds how many concurrent claims (or completions) share
+	// one script call. Claims that arrive while earlier ones are in flight
+	// wait and go out together, which divides the script's fixed cost and
+	// the round trips among them; a lone claim goes out at once. Default
+	// DefaultMaxBatch; 1 sends every claim and completion on its own, which
+	// is faster when only a few callers ever claim at once. Ignored on a
+	// cluster client, where every call has one key (a script's keys must
 	// share a hash slot).
-	MaxClaimBatch int
+	MaxBatch int
 	// Strict makes New fail when a server's maxmemory-policy is not
 	// noeviction or cannot be read. Otherwise New logs a warning.
 	Strict bool
@@ -86,9 +87,9 @@ type Store struct {
 	// lease caches the formatted lease of the latest claim: callers almost
 	// always pass the same lease, so the hot path formats nothing.
 	lease atomic.Pointer[leaseText]
-	// claims batches concurrent claims; nil in cluster mode, where each
-	// claim is its own call.
-	claims *claimBatcher
+	// claims and completes batch concurrent calls; nil in cluster mode
+	// or with MaxBatch 1, where each is its own call.
+	claims, completes *batcher
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -100,11 +101,9 @@ type leaseText struct {
 }
 
 var (
-	claimLua    = rueidis.NewLuaScript(claimScript)
-	completeLua = rueidis.NewLuaScript(completeScript)
-	extendLua   = rueidis.NewLuaScript(extendScript)
-	releaseLua  = rueidis.NewLuaScript(releaseScript)
-	deleteLua   = rueidis.NewLuaScript(deleteScript)
+	extendLua  = rueidis.NewLuaScript(extendScript)
+	releaseLua = rueidis.NewLuaScript(releaseScript)
+	deleteLua  = rueidis.NewLuaScript(deleteScript)
 )
 
 // New returns a Store over client, which the caller owns and closes. It
@@ -141,11 +140,11 @@ func New(ctx context.Context, client rueidis.Client, cfg *Config) (*Store, error
 		floorMS:   millis(tokenFloorTTL),
 		logger:    c.Logger,
 	}
-	if c.MaxClaimBatch <= 0 {
-		c.MaxClaimBatch = DefaultMaxClaimBatch
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
 	}
-	if client.Mode() != rueidis.ClientModeCluster && c.MaxClaimBatch > 1 {
-		s.claims = &claimBatcher{s: s, maxBatch: c.MaxClaimBatch}
+	if client.Mode() != rueidis.ClientModeCluster && c.MaxBatch > 1 {
+		s.newBatchers(c.MaxBatch)
 	}
 	if err := s.checkEvictionPolicy(ctx, c.Strict); err != nil {
 		return nil, err
@@ -263,11 +262,12 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		return idem.Claim{}, err
 	}
 	lease := s.leaseOf(req.Lease)
-	c := &claimCall{ctx: ctx, key: s.recordKey(req.Scope, req.Key), id: identity(req.Fingerprint, req.Scope, req.Key), lease: lease}
+	c := &call{key: s.recordKey(req.Scope, req.Key), id: identity(req.Fingerprint, req.Scope, req.Key), lease: lease}
 	if s.claims != nil {
-		return s.claims.claim(ctx, c)
+		err := s.claims.do(ctx, c)
+		return c.claim, err
 	}
-	_ = s.execClaims(ctx, nil, []*claimCall{c})
+	_ = s.execClaims(ctx, nil, []*call{c})
 	return c.claim, c.err
 }
 
@@ -295,19 +295,29 @@ func (s *Store) tokenReply(op, rk string, token, n int64, err error) error {
 	return nil
 }
 
-// Complete implements [idem.Store].
+// Complete implements [idem.Store]. Concurrent completions share script
+// calls, as claims do.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if err := idem.ValidateComplete(req); err != nil {
 		return err
 	}
-	result, flags := string(req.Result), "00"
+	c := &call{key: s.recordKey(req.Scope, req.Key), token: req.Token, result: string(req.Result), flags: "00",
+		retention: millis(req.Retention)}
+	if c.token <= 0 {
+		return fmt.Errorf("idemredis: complete: token %d: %w", c.token, idem.ErrLeaseLost)
+	}
+	c.tokenText = tokenText(c.token)
 	if len(req.Result) > s.maxResult {
-		result, flags = "", "01"
+		c.result, c.flags = "", "01"
 	}
 	if req.Failed {
-		flags = "1" + flags[1:]
+		c.flags = "1" + c.flags[1:]
 	}
-	return s.tokenOp(ctx, "complete", completeLua, s.recordKey(req.Scope, req.Key), req.Token, result, flags, millis(req.Retention))
+	if s.completes != nil {
+		return s.completes.do(ctx, c)
+	}
+	_ = s.execCompletes(ctx, nil, []*call{c})
+	return c.err
 }
 
 // Release implements [idem.Store].

@@ -61,7 +61,7 @@ func benchPrefix() string {
 //
 //   - Store: idem claims of fresh keys through the Store (batched), 64
 //     concurrent callers;
-//   - StoreUnbatched: the same with MaxClaimBatch 1, one script call per
+//   - StoreUnbatched: the same with MaxBatch 1, one script call per
 //     claim;
 //   - GoRedisScript: the same claim script, one key per call, through
 //     go-redis v9 with a pool of 64 connections, 64 concurrent callers (the
@@ -90,7 +90,7 @@ func BenchmarkClaim(b *testing.B) {
 	// client (rueidis auto-pipelines the concurrent calls).
 	b.Run("StoreUnbatched", func(b *testing.B) {
 		c := newClient(b)
-		s := newStore(b, c, &idemredis.Config{MaxClaimBatch: 1})
+		s := newStore(b, c, &idemredis.Config{MaxBatch: 1})
 		runCallers(b, freshClaims(ctx, s))
 	})
 
