@@ -40,6 +40,7 @@ func redisScenarios(n int) []*Scenario {
 		row("raw SET NX PX, go-redis unpipelined", RoleTextbook, "one round trip per key", prepRedisTextbook),
 		row("raw SET NX PX, rueidis, one per caller", RoleTextbook, "the bare command from the same 64 callers, auto-pipelined", prepRedisRueidis),
 		row("idem Store.Claim (rueidis)", RoleIdem, "Lua claim: record, fencing token, fingerprint", prepRedisClaim),
+		row("idem Store.Claim + Complete", RoleIdem, "the whole lease cycle: claim, then store a result", prepRedisClaimComplete),
 	}
 }
 
@@ -120,6 +121,16 @@ func prepRedisRueidis(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 }
 
 func prepRedisClaim(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	return prepRedisStore(ctx, env, s, false)
+}
+
+func prepRedisClaimComplete(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	return prepRedisStore(ctx, env, s, true)
+}
+
+// prepRedisStore claims every key of the stream through the store, and
+// with complete stores a small result for each.
+func prepRedisStore(ctx context.Context, env *Env, s *Scenario, complete bool) (Run, error) {
 	client, err := rueidisClient(env)
 	if err != nil {
 		return Run{}, err
@@ -137,6 +148,9 @@ func prepRedisClaim(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 			c, err := store.Claim(ctx, idem.ClaimRequest{Scope: "bench", Key: st.Keys[i], Lease: redisTTL})
 			if err == nil && c.Outcome != idem.Acquired {
 				err = fmt.Errorf("claim %q: %v, want acquired", st.Keys[i], c.Outcome)
+			}
+			if err == nil && complete {
+				err = store.Complete(ctx, idem.CompleteRequest{Scope: "bench", Key: st.Keys[i], Token: c.Token, Result: []byte("ok"), Retention: redisTTL})
 			}
 			return err
 		})
