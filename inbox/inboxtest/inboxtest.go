@@ -432,14 +432,18 @@ func testHeartbeat[Tx any](t *testing.T, env Env[Tx]) {
 	receiveN(t, ctx, env.Backend, 3, "a")
 	var lost atomic.Int64
 	cfg := fastConfig(5)
-	cfg.Workers, cfg.BatchSize, cfg.Lease = 1, 3, 150*time.Millisecond
+	// The batch runs five leases long. The lease leaves each heartbeat
+	// (every Lease/3, with Lease/3 to finish) room for a busy machine: with
+	// 150ms, a 50ms extension stuck behind parallel tests' writes lost the
+	// lease now and then under -race.
+	cfg.Workers, cfg.BatchSize, cfg.Lease = 1, 3, 600*time.Millisecond
 	cfg.OnEvent = func(ev inbox.Event) {
 		if ev.Outcome != inbox.Processed {
 			lost.Add(1)
 		}
 	}
 	w := newWorker(t, env, cfg, map[string]inbox.Handler[Tx]{"a": effectHandler(env, func(inbox.Message) error {
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(time.Second)
 		return nil
 	})})
 	drain(t, ctx, env, w)
