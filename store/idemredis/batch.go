@@ -2,8 +2,6 @@ package idemredis
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -66,30 +64,31 @@ type call struct {
 // once per call instead of once per claim or completion. Each key is still
 // handled atomically and in arrival order.
 //
-// There is no timer. A call that finds fewer than callsInFlight senders
-// starts one, which sends the queue (this call alone, if nobody else is
-// waiting) at once, and keeps sending what queued meanwhile until the queue
-// is empty. A sender is a goroutine of its own, so that every caller can
-// stop waiting when its context ends while the script call that carries its
-// work, and others', goes on. Senders use a dedicated connection from the
-// client's pool, which rueidis drives synchronously from the sender instead
-// of through its pipelining goroutines: fewer hand-offs per call.
+// There is no timer. A call that finds nothing queued and fewer than
+// callsInFlight script calls in flight is sent alone, at once, from its
+// caller's goroutine through the client, as without batching: a store with
+// few callers pays no hand-off. A call that finds others waiting, or the
+// calls in flight, queues; when fewer than callsInFlight calls are in
+// flight it starts a sender (so does a lone call that returns to a non-empty
+// queue), which sends up to maxBatch queued calls at once and keeps sending
+// what queued meanwhile until the queue is empty. A sender is a goroutine of
+// its own, so that every queued caller can stop waiting when its context
+// ends while the script call that carries its work, and others', goes on.
 type batcher struct {
 	s        *Store
 	op       string
 	maxBatch int
-	// exec runs one script call for calls and sets their outcomes; it
-	// returns the connection's error, if any.
-	exec func(ctx context.Context, conn rueidis.DedicatedClient, calls []*call) error
+	// exec runs one script call for calls and sets their outcomes.
+	exec func(ctx context.Context, calls []*call)
 	// fits reports whether c can join a batch that starts with first.
 	fits func(first, c *call) bool
 	// abandoned, if set, is called for a call that succeeded after its
 	// caller stopped waiting.
 	abandoned func(c *call)
 
-	mu      sync.Mutex
-	queue   []*call
-	senders int // at most callsInFlight
+	mu       sync.Mutex
+	queue    []*call
+	inFlight int // script calls being sent: lone calls and senders, at most callsInFlight
 }
 
 // do queues c and waits for its outcome, or returns an error once ctx
@@ -99,12 +98,29 @@ func (b *batcher) do(ctx context.Context, c *call) error {
 		return b.s.wrap(b.op, err)
 	}
 	c.ctx = ctx
-	c.done = make(chan struct{})
 	b.mu.Lock()
+	if b.inFlight < callsInFlight && len(b.queue) == 0 {
+		// Nothing is waiting: send c alone, from the caller's goroutine,
+		// through the client.
+		b.inFlight++
+		b.mu.Unlock()
+		b.exec(ctx, []*call{c})
+		b.mu.Lock()
+		start := len(b.queue) > 0 // arrived meanwhile: this slot sends them
+		if !start {
+			b.inFlight--
+		}
+		b.mu.Unlock()
+		if start {
+			go b.send()
+		}
+		return c.err
+	}
+	c.done = make(chan struct{})
 	b.queue = append(b.queue, c)
-	start := b.senders < callsInFlight
+	start := b.inFlight < callsInFlight
 	if start {
-		b.senders++
+		b.inFlight++
 	}
 	b.mu.Unlock()
 	if start {
@@ -124,24 +140,18 @@ func (b *batcher) do(ctx context.Context, c *call) error {
 
 // send sends batches until the queue is empty.
 func (b *batcher) send() {
-	conn, release := b.s.client.Dedicate()
 	for {
 		b.mu.Lock()
 		batch := b.takeLocked()
 		if len(batch) == 0 {
-			b.senders--
+			b.inFlight--
 			b.mu.Unlock()
-			release()
 			return
 		}
 		b.mu.Unlock()
 		// The call carries other callers' work, so it must not end with the
 		// first one's context; the context's values (trace spans) are kept.
-		if err := b.exec(context.WithoutCancel(batch[0].ctx), conn, batch); err != nil {
-			// A broken connection goes back to the pool, which drops it.
-			release()
-			conn, release = b.s.client.Dedicate()
-		}
+		b.exec(context.WithoutCancel(batch[0].ctx), batch)
 		for _, c := range batch {
 			if !c.state.CompareAndSwap(callSent, callDone) && c.err == nil && b.abandoned != nil {
 				go b.abandoned(c)
@@ -197,48 +207,16 @@ func (s *Store) releaseAbandoned(c *call) {
 	_ = s.releaseKey(ctx, c.key, c.claim.Token)
 }
 
-// run runs one script on conn, by EVALSHA and, after a NOSCRIPT, EVAL, or
-// through the client's Lua helper when conn is nil.
-func (s *Store) run(ctx context.Context, conn rueidis.DedicatedClient, script *script, keys, args []string) rueidis.RedisResult {
-	if conn == nil {
-		return script.lua.Exec(ctx, s.client, keys, args)
-	}
-	r := conn.Do(ctx, conn.B().Evalsha().Sha1(script.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-	if rerr, ok := rueidis.IsRedisErr(r.Error()); ok && rerr.IsNoScript() {
-		r = conn.Do(ctx, conn.B().Eval().Script(script.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-	}
-	return r
-}
-
-// script is a Lua script with its SHA-1, for EVALSHA on a dedicated
-// connection, and its rueidis helper, for the client.
-type script struct {
-	src string
-	sha string
-	lua *rueidis.Lua
-}
-
-var (
-	claimScr    = newScript(claimScript)
-	completeScr = newScript(completeScript)
-)
-
-func newScript(src string) *script {
-	h := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(h[:]), lua: rueidis.NewLuaScript(src)}
-}
-
 // execCompletes runs the completion script once for calls and sets each
 // call's error.
-func (s *Store) execCompletes(ctx context.Context, conn rueidis.DedicatedClient, calls []*call) error {
+func (s *Store) execCompletes(ctx context.Context, calls []*call) {
 	keys := make([]string, len(calls))
 	args := make([]string, 0, 4*len(calls))
 	for i, c := range calls {
 		keys[i] = c.key
 		args = append(args, c.tokenText, c.result, c.flags, c.retention)
 	}
-	r := s.run(ctx, conn, completeScr, keys, args)
-	vals, err := r.ToArray()
+	vals, err := completeLua.Exec(ctx, s.client, keys, args).ToArray()
 	if err == nil && len(vals) != len(calls) {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), len(calls))
 	}
@@ -254,13 +232,11 @@ func (s *Store) execCompletes(ctx context.Context, conn rueidis.DedicatedClient,
 		n, ierr := vals[i].AsInt64()
 		c.err = s.tokenReply("complete", c.key, c.token, n, ierr)
 	}
-	return r.NonRedisError()
 }
 
-// execClaims runs the claim script once for calls, which share a lease, on
-// conn, or through the client when conn is nil, and sets each call's claim
-// or error. It returns the error of the connection, if any.
-func (s *Store) execClaims(ctx context.Context, conn rueidis.DedicatedClient, calls []*call) error {
+// execClaims runs the claim script once for calls, which share a lease, and
+// sets each call's claim or error.
+func (s *Store) execClaims(ctx context.Context, calls []*call) {
 	keys := make([]string, len(calls))
 	args := make([]string, 2, 2+len(calls))
 	args[0], args[1] = s.abandonMS, calls[0].lease.s
@@ -268,8 +244,7 @@ func (s *Store) execClaims(ctx context.Context, conn rueidis.DedicatedClient, ca
 		keys[i] = c.key
 		args = append(args, c.id)
 	}
-	r := s.run(ctx, conn, claimScr, keys, args)
-	vals, err := r.ToArray()
+	vals, err := claimLua.Exec(ctx, s.client, keys, args).ToArray()
 	if err == nil && len(vals) != 2+len(calls) {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), 2+len(calls))
 	}
@@ -287,7 +262,6 @@ func (s *Store) execClaims(ctx context.Context, conn rueidis.DedicatedClient, ca
 		}
 		c.claim, c.err = s.decodeClaim(c, token, now, &vals[i+2])
 	}
-	return r.NonRedisError()
 }
 
 // decodeClaim decodes one item of the claim script's reply.

@@ -195,57 +195,108 @@ func TestClaimItemErrorIsItsOwn(t *testing.T) {
 	}
 }
 
+// slowSenders is a client that waits before each command sent without a
+// way to cancel it, as batch senders send (their call carries several
+// callers' work): a batch stays in flight that long.
+type slowSenders struct {
+	rueidis.Client
+	delay time.Duration
+}
+
+func (c slowSenders) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if ctx.Done() == nil {
+		time.Sleep(c.delay)
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
 // TestAbandonedClaimsLeaveNoLease: callers that give up while their claims
-// wait behind a busy server get a retryable error, and no key stays in
-// progress: a queued claim is never sent, and the lease of a claim that was
+// wait in the queue get a retryable error, and no key stays in progress: a
+// claim still queued is never sent, and the lease of a claim whose batch was
 // already sent is released when its reply arrives.
 func TestAbandonedClaimsLeaveNoLease(t *testing.T) {
 	t.Parallel()
 	addr := startRedis(t)
 	c := clientAt(t, addr)
-	s := newStore(t, c, nil)
+	s := newStore(t, slowSenders{c, 500 * time.Millisecond}, nil)
+	ctx := context.Background()
 
-	const n = 10
-	unblocked := blockRedis(t, addr, 400*time.Millisecond)
+	// Two claims with patient callers, sent alone while the server is
+	// busy, take both calls in flight; the others queue behind them.
+	patient, cancel := context.WithCancel(ctx) // cancellable: not slowed down
+	defer cancel()
+	unblocked := blockRedis(t, addr, 300*time.Millisecond)
 	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
+	for i := range 2 {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			defer cancel()
-			_, errs[i] = s.Claim(ctx, idem.ClaimRequest{Scope: "abandon", Key: fmt.Sprint(i), Lease: time.Hour})
+			if _, err := s.Claim(patient, idem.ClaimRequest{Scope: "abandon", Key: fmt.Sprint("patient", i), Lease: time.Hour}); err != nil {
+				t.Errorf("patient claim %d: %v", i, err)
+			}
 		})
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if !errors.Is(err, context.DeadlineExceeded) || !idem.IsRetryable(err) {
-			t.Errorf("claim %d: %v, want a retryable context.DeadlineExceeded", i, err)
+	time.Sleep(20 * time.Millisecond)
+
+	// The "queued" callers give up while the server is still busy; the
+	// "sent" ones after it is free again, while the sender that took their
+	// batch at about 300ms waits 500ms before sending it.
+	const n = 5
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	for _, group := range []struct {
+		name    string
+		timeout time.Duration
+	}{{"queued", 100 * time.Millisecond}, {"sent", 500 * time.Millisecond}} {
+		for i := range n {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, group.timeout)
+				defer cancel()
+				key := fmt.Sprint(group.name, i)
+				_, err := s.Claim(cctx, idem.ClaimRequest{Scope: "abandon", Key: key, Lease: time.Hour})
+				mu.Lock()
+				errs[key] = err
+				mu.Unlock()
+			})
 		}
 	}
+	wg.Wait()
 	<-unblocked
+	for key, err := range errs {
+		if !errors.Is(err, context.DeadlineExceeded) || !idem.IsRetryable(err) {
+			t.Errorf("claim %s: %v, want a retryable context.DeadlineExceeded", key, err)
+		}
+	}
 
-	ctx := context.Background()
 	for i := range n {
+		// Never sent: the key was never written.
+		queued := s.RecordKey("abandon", fmt.Sprint("queued", i))
+		if err := c.Do(ctx, c.B().Get().Key(queued).Build()).Error(); !rueidis.IsRedisNil(err) {
+			t.Errorf("queued claim %d: key %s: %v, want it never written", i, queued, err)
+		}
+		// Sent, acquired, then released: the key holds the stub of a
+		// released record, and a claim acquires it again.
+		key := fmt.Sprint("sent", i)
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "abandon", Key: fmt.Sprint(i), Lease: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cl.Outcome == idem.Acquired {
+			raw, err := c.Do(ctx, c.B().Get().Key(s.RecordKey("abandon", key)).Build()).ToString()
+			if err == nil && strings.HasPrefix(raw, "1x00") {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("key %d is still %v five seconds after its caller gave up (lease of an hour)", i, cl.Outcome)
+				t.Fatalf("key %s holds %q, %v five seconds after its caller gave up; want the stub of a released record", key, raw, err)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+		cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "abandon", Key: key, Lease: time.Hour})
+		if err != nil || cl.Outcome != idem.Acquired || cl.Takeover {
+			t.Errorf("claim %s after its release: %+v, %v; want a fresh acquire", key, cl, err)
 		}
 	}
 }
 
 // TestClaimsSurviveKilledConnections: when Redis drops every connection,
-// the claims in flight fail with a retryable error, and the next ones
-// succeed on fresh connections.
+// a claim sent on a dead connection fails with a retryable error (rueidis
+// finds an idle connection dead only when it next uses it, so this can
+// happen a while after the kill), and its retry succeeds on a fresh one.
 func TestClaimsSurviveKilledConnections(t *testing.T) {
 	t.Parallel()
 	addr := startRedis(t)
@@ -288,7 +339,7 @@ func TestClaimsSurviveKilledConnections(t *testing.T) {
 	round("warm", 0)
 	do(t, admin, admin.B().ClientKill().TypeNormal().Build())
 	round("after-kill", 3)
-	round("settled", 0)
+	round("settled", 3)
 }
 
 // TestConformanceUnbatched runs the suite with every claim on its own call,
