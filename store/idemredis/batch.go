@@ -91,8 +91,8 @@ type batcher struct {
 	inFlight int // script calls being sent: lone calls and senders, at most callsInFlight
 }
 
-// do queues c and waits for its outcome, or returns an error once ctx
-// ends.
+// do sends c alone when nothing is waiting, or else queues it and waits
+// for its outcome, or returns an error once ctx ends.
 func (b *batcher) do(ctx context.Context, c *call) error {
 	if err := context.Cause(ctx); err != nil {
 		return b.s.wrap(b.op, err)

@@ -197,10 +197,10 @@
 //	redis-benchmark -P 1 SET NX PX, 64 clients                  46,000–47,000/s
 //
 // The last `make bench` (BENCHMARKS.md, medians of five interleaved runs)
-// gave 101,000 claims/s against 306,000/s for the redis-benchmark ceiling
-// (33%; 33–44% over this session's runs), 98,000/s for the bare SET NX PX
-// sent through rueidis by the same 64 callers, and 48,500/s for the whole
-// lease cycle (Claim, then Complete with a result).
+// gave 84,700 claims/s against 271,000/s for the redis-benchmark ceiling
+// (31%; 31–44% over the runs made while batching was built), 88,800/s for
+// the bare SET NX PX sent through rueidis by the same 64 callers, and
+// 40,100/s for the whole lease cycle (Claim, then Complete with a result).
 //
 // A batched claim, with its record, fingerprint check and fencing token, is
 // as fast as the bare SET NX PX sent by the same 64 callers, and 2.3–3 times
