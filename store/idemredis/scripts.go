@@ -3,8 +3,10 @@ package idemredis
 // The scripts below are constants: every scope, key, fingerprint, token and
 // duration reaches them through KEYS and ARGV, never through the source.
 //
-// KEYS[1] is the record: one Redis string in the layout below, so the hot
-// claim is TIME + GET + SET PXAT and a script touches a single key (one
+// Each key is one record: one Redis string in the layout below, so a fresh
+// claim is a single SET NX GET PXAT. The claim and completion scripts take
+// several keys at once (see batch.go), each handled on its own; every other
+// script, and every call on a cluster client, touches a single key (one
 // cluster slot by construction). Offsets are 1-based, as in Lua:
 //
 //	1        format version '1'
@@ -22,7 +24,7 @@ package idemredis
 //	128..    scope, key, then the result of a completed record
 //
 // Bytes 89.. up to the end of the key are the "identity", which Go builds
-// once per call (see Store.identity) and the scripts copy without looking
+// once per call (see identity in store.go) and the scripts copy without looking
 // inside. A removed record (Release, Delete) is the 24-byte stub
 // '1x00' + token, kept for tokenFloorTTL so the next claim's token is
 // greater; Get and Claim treat it as absent.

@@ -258,7 +258,7 @@ func (s *Store) leaseOf(lease time.Duration) *leaseText {
 }
 
 // Claim implements [idem.Store]. Concurrent claims share script calls (see
-// [Config.MaxClaimBatch]); each is still atomic on its own key.
+// [Config.MaxBatch]); each is still atomic on its own key.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := idem.ValidateClaim(req); err != nil {
 		return idem.Claim{}, err
