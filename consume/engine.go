@@ -251,7 +251,7 @@ func (e *Engine) handle(ctx context.Context, d Delivery, st State, ev *Event) (O
 		return OutcomeAbandoned, nil
 	}
 	if errors.Is(err, ErrCommitUnknown) {
-		if serr := sleep(ctx, e.policy.Delay(st.Failures())); serr != nil {
+		if serr := retry.Sleep(ctx, e.policy.Delay(st.Failures())); serr != nil {
 			return OutcomeAbandoned, nil
 		}
 		return OutcomeRequeued, wrapSettle("requeue", d.Requeue(ctx))
@@ -328,15 +328,4 @@ func bound(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

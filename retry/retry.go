@@ -302,3 +302,16 @@ func Do(ctx context.Context, p *Policy, fn func(ctx context.Context) error) erro
 		}
 	}
 }
+
+// Sleep waits d, or until ctx ends, whichever comes first, and returns
+// ctx.Err() in the second case: the wait between two attempts.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -306,3 +306,16 @@ func TestDoContextCancellation(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestSleep(t *testing.T) {
+	start := time.Now()
+	if err := Sleep(context.Background(), 20*time.Millisecond); err != nil || time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("Sleep(20ms) = %v after %v; want nil after at least 20ms", err, time.Since(start))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start = time.Now()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
+		t.Fatalf("Sleep(1h) on a cancelled context = %v after %v; want context.Canceled at once", err, time.Since(start))
+	}
+}

@@ -281,7 +281,7 @@ func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) int {
 			break
 		}
 		// An outage of the store: retry the batch, not counted.
-		if sleep(ctx, c.policy.DelayFor(failures, err)) != nil {
+		if retry.Sleep(ctx, c.policy.DelayFor(failures, err)) != nil {
 			return 0
 		}
 	}
@@ -375,12 +375,12 @@ func (c *Consumer) one(ctx context.Context, d *delivery) bool {
 			return false
 		case err != nil:
 			// Producing the dead letter failed: try again later.
-			if sleep(ctx, c.policy.Delay(failures)) != nil {
+			if retry.Sleep(ctx, c.policy.Delay(failures)) != nil {
 				return false
 			}
 			failures++
 		case d.retryAfter >= 0:
-			if sleep(ctx, d.retryAfter) != nil {
+			if retry.Sleep(ctx, d.retryAfter) != nil {
 				return false
 			}
 		}
@@ -563,15 +563,4 @@ func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error 
 	}
 	d.done = true
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
