@@ -53,6 +53,15 @@ func blockRedis(t *testing.T, addr string, d time.Duration) <-chan struct{} {
 	return nil
 }
 
+// privateStore returns a store, its client and the address of a private
+// server of its own, which a test may block.
+func privateStore(t *testing.T) (string, rueidis.Client, *idemredis.Store) {
+	t.Helper()
+	addr := startRedis(t)
+	c := clientAt(t, addr)
+	return addr, c, newStore(t, c, nil)
+}
+
 // scriptCalls returns how many EVALSHA and EVAL calls the server has run.
 func scriptCalls(t *testing.T, c rueidis.Client) int {
 	t.Helper()
@@ -80,9 +89,7 @@ func scriptCalls(t *testing.T, c rueidis.Client) int {
 // with two different leases, and one key claimed by eight callers at once.
 func TestConcurrentClaimsShareCalls(t *testing.T) {
 	t.Parallel()
-	addr := startRedis(t)
-	c := clientAt(t, addr)
-	s := newStore(t, c, nil)
+	addr, c, s := privateStore(t)
 	ctx := context.Background()
 	do(t, c, c.B().ConfigResetstat().Build())
 
@@ -161,9 +168,7 @@ func TestConcurrentClaimsShareCalls(t *testing.T) {
 // type fails its own claim, not the other claims of its call.
 func TestClaimItemErrorIsItsOwn(t *testing.T) {
 	t.Parallel()
-	addr := startRedis(t)
-	c := clientAt(t, addr)
-	s := newStore(t, c, nil)
+	addr, c, s := privateStore(t)
 	ctx := context.Background()
 	do(t, c, c.B().Hset().Key(s.RecordKey("batch", "bad")).FieldValue().FieldValue("f", "v").Build())
 
@@ -299,10 +304,8 @@ func TestAbandonedClaimsLeaveNoLease(t *testing.T) {
 // happen a while after the kill), and its retry succeeds on a fresh one.
 func TestClaimsSurviveKilledConnections(t *testing.T) {
 	t.Parallel()
-	addr := startRedis(t)
-	c := clientAt(t, addr)
+	addr, _, s := privateStore(t)
 	admin := clientAt(t, addr)
-	s := newStore(t, c, nil)
 	ctx := context.Background()
 
 	round := func(name string, retries int) {
@@ -357,9 +360,7 @@ func TestConformanceUnbatched(t *testing.T) {
 // value of another type fails alone.
 func TestConcurrentCompletionsShareCalls(t *testing.T) {
 	t.Parallel()
-	addr := startRedis(t)
-	c := clientAt(t, addr)
-	s := newStore(t, c, nil)
+	addr, c, s := privateStore(t)
 	ctx := context.Background()
 
 	const n = 64

@@ -28,10 +28,10 @@
 //	prefix + "{" + base64url(SHA-256(len(scope) ‖ scope ‖ len(key) ‖ key)[:16]) + "}"
 //
 // with 8-byte big-endian lengths (the bytes of [idem.FingerprintParts]) and
-// unpadded base64url, 22 characters: 29 bytes with the default prefix,
-// since Redis hashes a key several times per write. The lengths make
-// ("a:b", "c") and ("a", "b:c") different keys whatever delimiters scope and
-// key contain; the digest is the cluster hash tag, so records spread over
+// unpadded base64url, 22 characters: 29 bytes with the default prefix, 41
+// bytes less per record than 64 hex digits of the whole digest. The
+// lengths make ("a:b", "c") and ("a", "b:c") different keys whatever
+// delimiters scope and key contain; the digest is the cluster hash tag, so records spread over
 // all slots. 128 bits make an accidental collision unthinkable and a
 // deliberate one a 2^64 search; even then the claim script compares the
 // scope and key stored in the record with the caller's and refuses a record
@@ -193,7 +193,7 @@
 //	redis-benchmark -P 16 SET NX PX, 64 clients (ceiling)     133,000–355,000/s
 //	Store.Claim, 64 callers (batched)                          109,000–153,000/s
 //	SET NX PX through rueidis, the same 64 callers             105,000–114,000/s
-//	Store.Claim, 64 callers, MaxBatch 1                    73,000–78,000/s
+//	Store.Claim, 64 callers, MaxBatch 1                         73,000–78,000/s
 //	redis-benchmark -P 1 SET NX PX, 64 clients                  46,000–47,000/s
 //
 // The last `make bench` (BENCHMARKS.md, medians of five interleaved runs)
@@ -210,29 +210,24 @@
 // it on this machine, and the batched store in the same place. The target
 // of the issue, 50% of the ceiling, is not met on this 2-core machine.
 //
-// Batching is what moved the ratio: one claim per call reached 19–29% of
-// the ceiling. The limit is the server's CPU per claim and, on a 2-core
-// virtual machine, the round trips of 64 closed-loop callers: measured as
-// the redis-server process's CPU time (a private server, redis-benchmark
-// driving the script by EVALSHA on fresh keys), a claim inside a call of
-// 64 costs about 4.5µs against about 3.5–4.5µs for a pipelined SET NX PX,
-// and 6–8µs inside a call of 20 with two calls in flight, which is what 64
-// Go callers give. A one-key call costs 10–15µs: Lua's fixed price per
-// call (EVALSHA, TIME, formatting the header) is about 5µs.
+// Batching is what moved the ratio: one claim per call (the MaxBatch 1
+// row above) reached 19–29% of the ceiling in the runs before batching.
 //
-// A lone claim costs what it did without batching; a few concurrent
-// callers pay a goroutine hand-off per batch. Medians of five alternating
-// runs on that machine, batched against MaxBatch 1:
+// A lone claim goes out as it did without batching; a few concurrent
+// callers pay a goroutine hand-off per batch, and from about 8 callers
+// batching pays. Medians of three runs, batched against MaxBatch 1
+// (claims/s, or Claim + Complete cycles/s), on the same machine:
 //
-//	1 caller, Claim                     11,600 against 12,100 claims/s
-//	1 caller, Claim + Complete           7,200 against  7,000 cycles/s
-//	4 callers, Claim                    24,100 against 28,300 claims/s
-//	8 callers, Claim                    36,700 against 38,500 claims/s
-//	64 callers, Claim                  114,000 against 74,400 claims/s
-//	64 callers, Claim + Complete        42,000 against 28,700 cycles/s
+//	go test -run '^$' -bench BenchmarkBatching -benchtime 20000x -count 3 ./store/idemredis
+//
+//	callers   Claim              Claim + Complete
+//	1          10,500 / 12,000     7,000 /  8,300
+//	4          16,600 / 16,100     7,900 / 11,600
+//	8          30,700 / 21,200    15,800 / 17,500
+//	64        127,000 / 75,200    50,200 / 35,900
 //
 // Set MaxBatch to 1 for a store that only ever sees a handful of
-// concurrent claims.
+// concurrent callers.
 //
 // # Requirements
 //

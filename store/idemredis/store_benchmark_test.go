@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,30 +24,80 @@ import (
 const callers = 64
 
 // runCallers runs fn from exactly `callers` goroutines and reports ops/s.
-func runCallers(b *testing.B, fn func(i int64) error) {
+func runCallers(b *testing.B, fn func(i int64) error) { runN(b, callers, fn) }
+
+// runN runs fn b.N times from exactly n goroutines, each call with its own
+// i from 1, and reports ops/s.
+func runN(b *testing.B, n int, fn func(i int64) error) {
 	b.Helper()
 	var seq atomic.Int64
-	b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := fn(seq.Add(1)); err != nil {
-				b.Error(err)
-				return
+	for range n {
+		wg.Go(func() {
+			for i := seq.Add(1); i <= int64(b.N); i = seq.Add(1) {
+				if err := fn(i); err != nil {
+					b.Error(err)
+					return
+				}
 			}
-		}
-	})
+		})
+	}
+	wg.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
 // freshClaims claims key i of the bench scope, which must be acquired.
 func freshClaims(ctx context.Context, s *idemredis.Store) func(i int64) error {
 	return func(i int64) error {
-		cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "bench", Key: "k" + strconv.FormatInt(i, 10), Lease: time.Minute})
-		if err == nil && cl.Outcome != idem.Acquired {
-			err = fmt.Errorf("outcome %v", cl.Outcome)
-		}
+		_, err := claimFresh(ctx, s, i)
 		return err
+	}
+}
+
+func claimFresh(ctx context.Context, s *idemredis.Store, i int64) (idem.Claim, error) {
+	cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "bench", Key: "k" + strconv.FormatInt(i, 10), Lease: time.Minute})
+	if err == nil && cl.Outcome != idem.Acquired {
+		err = fmt.Errorf("outcome %v", cl.Outcome)
+	}
+	return cl, err
+}
+
+// freshCycles claims key i and completes it with a small result.
+func freshCycles(ctx context.Context, s *idemredis.Store) func(i int64) error {
+	return func(i int64) error {
+		cl, err := claimFresh(ctx, s, i)
+		if err != nil {
+			return err
+		}
+		return s.Complete(ctx, idem.CompleteRequest{Scope: "bench", Key: "k" + strconv.FormatInt(i, 10), Token: cl.Token,
+			Result: []byte("ok"), Retention: time.Minute})
+	}
+}
+
+// BenchmarkBatching compares the batched store with MaxBatch 1 (one script
+// call per claim or completion) for 1 to 64 concurrent callers, on claims
+// alone and on whole lease cycles (Claim, then Complete).
+//
+// Run: go test -run '^$' -bench BenchmarkBatching -benchtime 20000x -count 5 ./store/idemredis
+func BenchmarkBatching(b *testing.B) {
+	ctx := context.Background()
+	for _, work := range []struct {
+		name string
+		fn   func(context.Context, *idemredis.Store) func(int64) error
+	}{{"Claim", freshClaims}, {"ClaimComplete", freshCycles}} {
+		for _, n := range []int{1, 4, 8, 64} {
+			for _, mode := range []struct {
+				name     string
+				maxBatch int
+			}{{"Batched", 0}, {"MaxBatch1", 1}} {
+				b.Run(fmt.Sprintf("%s/callers=%d/%s", work.name, n, mode.name), func(b *testing.B) {
+					c := newClient(b)
+					s := newStore(b, c, &idemredis.Config{MaxBatch: mode.maxBatch})
+					runN(b, n, work.fn(ctx, s))
+				})
+			}
+		}
 	}
 }
 
