@@ -430,7 +430,8 @@ func testLeaseFencing[Tx any](t *testing.T, env Env[Tx]) {
 func testHeartbeat[Tx any](t *testing.T, env Env[Tx]) {
 	ctx := ctxT(t)
 	receiveN(t, ctx, env.Backend, 3, "a")
-	var lost atomic.Int64
+	var mu sync.Mutex
+	var lost []string
 	cfg := fastConfig(5)
 	// The batch runs five leases long. The lease leaves each heartbeat
 	// (every Lease/3, with Lease/3 to finish) room for a busy machine: with
@@ -439,7 +440,9 @@ func testHeartbeat[Tx any](t *testing.T, env Env[Tx]) {
 	cfg.Workers, cfg.BatchSize, cfg.Lease = 1, 3, 600*time.Millisecond
 	cfg.OnEvent = func(ev inbox.Event) {
 		if ev.Outcome != inbox.Processed {
-			lost.Add(1)
+			mu.Lock()
+			lost = append(lost, fmt.Sprintf("%s: %v (%v)", ev.Message.ID, ev.Outcome, ev.Err))
+			mu.Unlock()
 		}
 	}
 	w := newWorker(t, env, cfg, map[string]inbox.Handler[Tx]{"a": effectHandler(env, func(inbox.Message) error {
@@ -447,8 +450,10 @@ func testHeartbeat[Tx any](t *testing.T, env Env[Tx]) {
 		return nil
 	})})
 	drain(t, ctx, env, w)
-	if lost.Load() != 0 || len(effects(t, ctx, env)) != 3 {
-		t.Fatalf("%d runs did not process; effects %v", lost.Load(), effects(t, ctx, env))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lost) != 0 || len(effects(t, ctx, env)) != 3 {
+		t.Fatalf("runs that did not process: %q; effects %v", lost, effects(t, ctx, env))
 	}
 }
 

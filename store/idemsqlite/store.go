@@ -230,14 +230,26 @@ func (s *Store) runTx(ctx context.Context, what string, holder bool, fn func(tx 
 
 // beginWrite begins a transaction on the writer connection, opening it
 // first or again after it broke. The caller holds the write lock.
+//
+// The transaction is not bound to ctx: runTx ends it, in the caller's
+// goroutine, before it lets the next write in. A transaction bound to a
+// context that ends is rolled back by database/sql from a goroutine of its
+// own, and the next BEGIN on the writer connection could overtake that
+// rollback ("cannot start a transaction within a transaction"). The
+// statements inside still run with ctx, so cancelling it still interrupts
+// them.
 func (s *Store) beginWrite(ctx context.Context) (*sql.Tx, error) {
 	if err := s.checkOpen(); err != nil {
 		// Close ran while this write waited: do not take a connection
 		// that nobody would hand back.
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	txCtx := context.WithoutCancel(ctx)
 	if s.writer != nil {
-		tx, err := s.writer.BeginTx(ctx, nil)
+		tx, err := s.writer.BeginTx(txCtx, nil)
 		if !errors.Is(err, sql.ErrConnDone) && !errors.Is(err, driver.ErrBadConn) {
 			return tx, err
 		}
@@ -249,7 +261,7 @@ func (s *Store) beginWrite(ctx context.Context) (*sql.Tx, error) {
 		return nil, err
 	}
 	s.writer = conn
-	return conn.BeginTx(ctx, nil)
+	return conn.BeginTx(txCtx, nil)
 }
 
 // errRollback makes inTx roll back without it being a failure.

@@ -527,3 +527,70 @@ func TestBusyIsRetryable(t *testing.T) {
 		t.Errorf("a busy failure must record nothing: %v", err)
 	}
 }
+
+// TestWriteAfterCancelledTransaction: a write whose context ends inside its
+// transaction must leave the writer connection ready for the next write.
+// database/sql rolls such a transaction back from a goroutine of its own;
+// a next BEGIN that overtook that rollback failed with "cannot start a
+// transaction within a transaction" (an inbox heartbeat timing out mid-write
+// made the following Complete fail this way).
+func TestWriteAfterCancelledTransaction(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, nil)
+	ctx := context.Background()
+	for i := range 300 {
+		cctx, cancel := context.WithCancel(ctx)
+		err := s.inTx(cctx, "cancelled write", func(tx *sql.Tx, now int64) error {
+			if _, err := tx.ExecContext(cctx, `DELETE FROM idem_records WHERE scope = 'none'`); err != nil {
+				return err
+			}
+			cancel()
+			return context.Canceled
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("write %d: cancelled transaction = %v, want context.Canceled", i, err)
+		}
+		err = s.inTx(ctx, "next write", func(tx *sql.Tx, now int64) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM idem_records WHERE scope = 'none'`)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("write %d after a cancelled one: %v", i, err)
+		}
+	}
+}
+
+// TestWriteAfterFailedCommit: a COMMIT that fails (here on a deferred
+// foreign key) leaves SQLite's transaction open; the next write must not
+// inherit it.
+func TestWriteAfterFailedCommit(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, nil)
+	ctx := context.Background()
+	err := s.inTx(ctx, "schema", func(tx *sql.Tx, now int64) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE parent (id INTEGER PRIMARY KEY);
+CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.inTx(ctx, "orphan", func(tx *sql.Tx, now int64) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO child (parent_id) VALUES (42)`)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "commit") {
+		t.Fatalf("commit of an orphan row = %v, want a commit error", err)
+	}
+	err = s.inTx(ctx, "next write", func(tx *sql.Tx, now int64) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO parent (id) VALUES (1)`)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("write after a failed commit: %v", err)
+	}
+	var orphans int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM child`).Scan(&orphans); err != nil || orphans != 0 {
+		t.Fatalf("orphan rows = %d, %v: the failed transaction must not be committed later", orphans, err)
+	}
+}
