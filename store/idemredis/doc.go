@@ -25,17 +25,15 @@
 //
 // A record is one Redis string at
 //
-//	prefix + "{" + base64url(SHA-256(len(scope) ‖ scope ‖ len(key) ‖ key)[:16]) + "}"
+//	prefix + "{" + hex(SHA-256(len(scope) ‖ scope ‖ len(key) ‖ key)) + "}"
 //
-// with 8-byte big-endian lengths (the bytes of [idem.FingerprintParts]) and
-// unpadded base64url, 22 characters: 29 bytes with the default prefix, 41
-// bytes less per record than 64 hex digits of the whole digest. The
-// lengths make ("a:b", "c") and ("a", "b:c") different keys whatever
-// delimiters scope and key contain; the digest is the cluster hash tag, so records spread over
-// all slots. 128 bits make an accidental collision unthinkable and a
-// deliberate one a 2^64 search; even then the claim script compares the
-// scope and key stored in the record with the caller's and refuses a record
-// of another pair ([ErrRecordFormat]) instead of replaying it. Every script
+// with 8-byte big-endian lengths (the bytes of [idem.FingerprintParts]).
+// The lengths make ("a:b", "c") and ("a", "b:c") different keys whatever
+// delimiters scope and key contain; the digest is the cluster hash tag, so
+// records spread over all slots. Even two pairs that did share a digest
+// would not share a record: the claim script compares the scope and key
+// stored in the record with the caller's and refuses a record of another
+// pair ([ErrRecordFormat]) instead of replaying it. Every script
 // touches its own keys only, and a claim call batches several keys only on
 // a standalone or sentinel client, so the store is cluster-safe by
 // construction. The prefix must not contain braces.

@@ -3,8 +3,8 @@ package idemredis
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -183,12 +183,10 @@ func (s *Store) checkEvictionPolicy(ctx context.Context, strict bool) error {
 }
 
 // recordKey returns the key of (scope, key): prefix + "{" + digest + "}",
-// where digest is the first 128 bits of the SHA-256 of the length-prefixed
-// pair (the same bytes as [idem.FingerprintParts]) in unpadded base64url,
-// 22 characters. The digest is the hash tag, so records spread over all
-// cluster slots and no choice of delimiters in scope or key can make two
-// pairs collide. With the default prefix a key is 29 bytes, 41 fewer than
-// with 64 hex digits of the whole digest, on every record. Even two pairs
+// where digest is the SHA-256 of the length-prefixed pair (the same bytes
+// as [idem.FingerprintParts]) in 64 lowercase hex digits. The digest is the
+// hash tag, so records spread over all cluster slots and no choice of
+// delimiters in scope or key can make two pairs collide. Even two pairs
 // that did share a digest would not share a record: the claim script
 // compares the scope and key stored in the record with the caller's. It is
 // computed in one stack buffer, since every call of every method needs it.
@@ -199,20 +197,13 @@ func (s *Store) recordKey(scope, key string) string {
 	b = binary.BigEndian.AppendUint64(b, uint64(len(key)))
 	b = append(b, key...)
 	sum := sha256.Sum256(b)
-	out := make([]byte, 0, len(s.prefix)+2+digestChars)
+	out := make([]byte, 0, len(s.prefix)+2+2*sha256.Size)
 	out = append(out, s.prefix...)
 	out = append(out, '{')
-	out = base64.RawURLEncoding.AppendEncode(out, sum[:digestBytes])
+	out = hex.AppendEncode(out, sum[:])
 	out = append(out, '}')
 	return string(out)
 }
-
-// digestBytes is how much of the SHA-256 names a record; digestChars its
-// length in base64url.
-const (
-	digestBytes = 16
-	digestChars = 22
-)
 
 // RecordKey returns the Redis key that holds the record of (scope, key),
 // for operators who want to inspect it with redis-cli.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -144,9 +146,15 @@ func TestKeysDoNotCollide(t *testing.T) {
 			t.Fatalf("(%q, %q) and (%q, %q) map to the same key %s", prev[0], prev[1], p[0], p[1], k)
 		}
 		seen[k] = p
-		open, close := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
-		if open < 0 || close != len(k)-1 || close-open-1 != 22 {
-			t.Errorf("key %s must end in a {22-character base64url digest} hash tag", k)
+		// prefix + "{" + hex(SHA-256(len(scope) ‖ scope ‖ len(key) ‖ key)) + "}"
+		var b []byte
+		b = binary.BigEndian.AppendUint64(b, uint64(len(p[0])))
+		b = append(b, p[0]...)
+		b = binary.BigEndian.AppendUint64(b, uint64(len(p[1])))
+		b = append(b, p[1]...)
+		sum := sha256.Sum256(b)
+		if want := "{" + hex.EncodeToString(sum[:]) + "}"; !strings.HasSuffix(k, want) || strings.Count(k, "{") != 1 {
+			t.Errorf("key of (%q, %q) = %s, want prefix + %s", p[0], p[1], k, want)
 		}
 	}
 	if s.RecordKey("a:b", "c") == s.RecordKey("a", "b:c") {
