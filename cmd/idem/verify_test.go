@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemtest"
+)
+
+// quickVerify keeps the checks short in tests: the fencing check waits out
+// one lease.
+var quickVerify = []string{"--keys", "50", "--copies", "8", "--workers", "24", "--lease", "300ms"}
+
+// verifyScope returns the scope verify printed.
+func verifyScope(t *testing.T, out string) string {
+	t.Helper()
+	m := regexp.MustCompile(`under scope "([^"]+)"`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("verify did not print its scope:\n%s", out)
+	}
+	return m[1]
+}
+
+// openTestStore opens the store cfg names as the CLI does, closed when the
+// test ends.
+func openTestStore(t *testing.T, cfg storeConfig) idem.Store {
+	t.Helper()
+	s, closeStore, err := openStore(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = closeStore() })
+	return s
+}
+
+// wantVerified checks verify's report: every check ok, and nothing left in
+// its scope afterwards.
+func wantVerified(t *testing.T, r cliResult, s idem.Store) {
+	t.Helper()
+	wantExit(t, r, exitOK)
+	for _, c := range verifyChecks {
+		if !regexp.MustCompile(`(?m)^ok +` + regexp.QuoteMeta(c.name) + ` `).MatchString(r.Stdout) {
+			t.Fatalf("no ok line for %q:\n%s", c.name, r.Stdout)
+		}
+	}
+	if !strings.Contains(r.Stdout, "400 calls of 50 operations from 24 goroutines: each ran once, 350 copies replayed") {
+		t.Fatalf("storm line:\n%s", r.Stdout)
+	}
+	scope := verifyScope(t, r.Stdout)
+	for _, k := range []string{"storm-0", "storm-49", "fingerprint-50", "fencing-51", "release-52", "clock-53"} {
+		if _, err := s.Get(t.Context(), scope, k); !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("key %q of scope %q after verify: %v, want ErrNotFound (cleaned up)", k, scope, err)
+		}
+	}
+}
+
+func TestVerifySQLite(t *testing.T) {
+	t.Parallel()
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
+	wantExit(t, runCLI(t, nil, "migrate", "up", "--store", dsn), exitOK)
+	r := runCLI(t, nil, append([]string{"verify", "--store", dsn}, quickVerify...)...)
+	wantVerified(t, r, openTestStore(t, storeConfig{DSN: dsn}))
+}
+
+func TestVerifyPostgres(t *testing.T) {
+	t.Parallel()
+	url := postgresURL(t)
+	schema := testSchema(t, url)
+	wantExit(t, runCLI(t, nil, "migrate", "up", "--store", url, "--schema", schema), exitOK)
+	r := runCLI(t, nil, append([]string{"verify", "--store", url, "--schema", schema}, quickVerify...)...)
+	wantVerified(t, r, openTestStore(t, storeConfig{DSN: url, Schema: schema}))
+}
+
+func TestVerifyRedis(t *testing.T) {
+	t.Parallel()
+	dsn := redisTestDSN(t)
+	r := runCLI(t, nil, append([]string{"verify", "--store", dsn}, quickVerify...)...)
+	wantVerified(t, r, openTestStore(t, storeConfig{DSN: dsn}))
+}
+
+func TestVerifyUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--keys", "0"}, "--keys must be 1-10000, got 0"},
+		{[]string{"--keys", "10001"}, "--keys must be 1-10000"},
+		{[]string{"--copies", "1"}, "--copies must be 2-100, got 1"},
+		{[]string{"--workers", "1000"}, "--workers must be 1-256"},
+		{[]string{"--lease", "10ms"}, "--lease must be 200ms-1m0s, got 10ms"},
+		{[]string{"--wait", "0s"}, "--wait must be positive"},
+		{[]string{"extra"}, "unknown command"},
+	} {
+		r := runCLI(t, nil, append([]string{"verify", "--store", "sqlite:///nonexistent/never-opened.db"}, c.args...)...)
+		wantExit(t, r, exitUsage, c.want)
+	}
+}
+
+func TestVerifyUnreachable(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, nil, "verify", "--store", "postgres://idem:pw@127.0.0.1:1/x")
+	wantExit(t, r, exitFailure, "cannot connect to PostgreSQL at 127.0.0.1:1/x")
+	if strings.Contains(r.Stderr, "pw@") {
+		t.Fatalf("password echoed: %s", r.Stderr)
+	}
+}
+
+// Stores that break one part of the contract each; verify must fail the
+// check that covers it, and only that one.
+
+// forgetful loses the completed records of the storm, as a Redis that
+// evicts keys would, so a late copy runs again.
+type forgetful struct{ idem.Store }
+
+func (s forgetful) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if err := s.Store.Complete(ctx, req); err != nil || !strings.HasPrefix(req.Key, "storm-") {
+		return err
+	}
+	return s.Store.Delete(ctx, req.Scope, req.Key)
+}
+
+// unfenced completes with whatever token is current: a stale holder's
+// result overwrites the new one's.
+type unfenced struct{ idem.Store }
+
+func (s unfenced) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if rec, err := s.Get(ctx, req.Scope, req.Key); err == nil && rec.State == idem.StateInProgress {
+		req.Token = rec.Token
+	}
+	return s.Store.Complete(ctx, req)
+}
+
+// blind ignores fingerprints: another request on a key is answered like
+// the first.
+type blind struct{ idem.Store }
+
+func (s blind) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	c, err := s.Store.Claim(ctx, req)
+	if err == nil && c.Outcome == idem.Mismatch {
+		if c.Record.State == idem.StateCompleted {
+			c.Outcome = idem.Completed
+		} else {
+			c.Outcome = idem.InProgress
+		}
+	}
+	return c, err
+}
+
+// sticky says yes to the holder's release but keeps the lease, so the key
+// does not run again until the lease expires.
+type sticky struct{ idem.Store }
+
+func (s sticky) Release(ctx context.Context, scope, key string, token int64) error {
+	if rec, err := s.Get(ctx, scope, key); err == nil && rec.Token == token {
+		return nil
+	}
+	return s.Store.Release(ctx, scope, key, token)
+}
+
+func TestVerifyCatchesBrokenStores(t *testing.T) {
+	t.Parallel()
+	o := verifyOptions{keys: 40, copies: 6, workers: 16, lease: 250 * time.Millisecond, wait: 10 * time.Second}
+	mem := func() idem.Store {
+		return idemtest.NewMemoryStore(nil)
+	}
+	for _, c := range []struct {
+		name   string
+		store  idem.Store
+		failed []string
+		detail string
+	}{
+		{"correct", mem(), nil, ""},
+		{"forgetful", forgetful{mem()}, []string{"duplicate storm"}, "times, want exactly once"},
+		{"unfenced", unfenced{mem()}, []string{"fencing"}, "complete by the old holder: <nil>, want ErrLeaseLost"},
+		{"blind", blind{mem()}, []string{"fingerprint"}, "another request on a key in progress: in_progress, want mismatch"},
+		{"sticky", sticky{mem()}, []string{"release"}, "claim after release: in_progress"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			err := runVerify(t.Context(), &out, c.store, o)
+			if len(c.failed) == 0 {
+				if err != nil {
+					t.Fatalf("a correct store failed verify: %v\n%s", err, out.String())
+				}
+				return
+			}
+			if !errors.Is(err, errVerifyFailed) || !strings.Contains(err.Error(), "1 of 5 checks failed") {
+				t.Fatalf("verify = %v, want 1 of 5 checks failed\n%s", err, out.String())
+			}
+			for _, chk := range verifyChecks {
+				failed := regexp.MustCompile(`(?m)^FAIL +` + regexp.QuoteMeta(chk.name) + ` `).MatchString(out.String())
+				want := chk.name == c.failed[0]
+				if failed != want {
+					t.Fatalf("check %q failed=%v, want %v:\n%s", chk.name, failed, want, out.String())
+				}
+			}
+			if !strings.Contains(out.String(), c.detail) {
+				t.Fatalf("report lacks %q:\n%s", c.detail, out.String())
+			}
+		})
+	}
+}
+
+// TestVerifyCancelled: a verification cut short reports it and cleans up.
+func TestVerifyCancelled(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var out bytes.Buffer
+	err := runVerify(ctx, &out, idemtest.NewMemoryStore(nil), verifyOptions{keys: 5, copies: 2, workers: 2, lease: time.Second, wait: time.Second})
+	if !errors.Is(err, errVerifyFailed) || !strings.Contains(out.String(), "context canceled") {
+		t.Fatalf("verify with a cancelled context = %v\n%s", err, out.String())
+	}
+}
