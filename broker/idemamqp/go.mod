@@ -8,6 +8,7 @@ require (
 	github.com/idem-go/idem/store/idempgx v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

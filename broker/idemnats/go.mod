@@ -6,6 +6,7 @@ require (
 	github.com/idem-go/idem v0.0.0
 	github.com/idem-go/idem/store/idemsqlite v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
