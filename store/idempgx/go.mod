@@ -9,6 +9,7 @@ replace github.com/idem-go/idem => ../..
 require (
 	github.com/idem-go/idem/store/idemstoretest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

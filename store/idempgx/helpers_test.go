@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 )
 
 var (
@@ -49,10 +51,18 @@ func testPool(tb testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// TestMain closes the shared pool, then fails the package when a test left
+// a goroutine running (a worker, a heartbeat, a batch in flight).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if pool != nil {
 		pool.Close()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

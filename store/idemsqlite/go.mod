@@ -8,6 +8,7 @@ replace github.com/idem-go/idem => ../..
 
 require (
 	github.com/idem-go/idem/store/idemstoretest v0.0.0
+	go.uber.org/goleak v1.3.0
 	modernc.org/sqlite v1.62.0
 )
 
