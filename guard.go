@@ -27,6 +27,45 @@ type GuardConfig struct {
 	MaxErrorBytes int
 	// Logger receives heartbeat and cleanup failures. Default slog.Default().
 	Logger *slog.Logger
+	// OnDo, if set, is called once at the end of every Do, from Do's
+	// goroutine (also when fn panics, before the panic goes on). It must be
+	// safe for concurrent use and fast; contrib/idemprom and
+	// contrib/idemotel provide hooks for it.
+	OnDo func(ctx context.Context, ev DoEvent)
+}
+
+// DoOutcome is what became of one [Guard.Do] call.
+type DoOutcome string
+
+// The outcomes of Do. A hook that counts them should map any other value
+// to "other": new outcomes may be added.
+const (
+	DoExecuted   DoOutcome = "executed"    // fn ran and its result (or Final error) was stored
+	DoReplayed   DoOutcome = "replayed"    // fn did not run: the stored result, error or tombstone was returned
+	DoFailed     DoOutcome = "failed"      // fn returned an error; the key was released for a retry
+	DoInProgress DoOutcome = "in_progress" // another caller holds the key (after GuardConfig.Wait, if set)
+	DoMismatch   DoOutcome = "mismatch"    // the key exists with another fingerprint
+	DoLeaseLost  DoOutcome = "lease_lost"  // the lease was taken over or lost while fn ran
+	DoPanic      DoOutcome = "panic"       // fn panicked; the key was released
+	DoRejected   DoOutcome = "rejected"    // invalid key or scope; the store was not touched
+	DoError      DoOutcome = "error"       // the store failed, or ctx ended, before a result was stored
+)
+
+// DoEvent reports one [Guard.Do] call to GuardConfig.OnDo. Scope and Key
+// are the caller's: fine for logs and traces, never for metric labels
+// (they are unbounded and may carry customer data).
+type DoEvent struct {
+	Scope, Key string
+	Outcome    DoOutcome
+	// Token is the fencing token of the execution that ran (executed,
+	// failed, lease_lost, panic) or whose result was replayed.
+	Token int64
+	// Takeover is set when this execution replaced an expired lease.
+	Takeover bool
+	// Err is what Do returned (nil for a panic, which goes on).
+	Err error
+	// Duration is how long Do took.
+	Duration time.Duration
 }
 
 // Guard runs a function at most once per (scope, key) over any [Store]: claim
@@ -133,8 +172,28 @@ type Result struct {
 //   - the key exists with a different fingerprint: ErrFingerprintMismatch.
 //
 // The key is validated before the store is touched.
-func (g *Guard) Do(ctx context.Context, call Call, fn func(ctx context.Context, run Run) ([]byte, error)) (Result, error) {
+func (g *Guard) Do(ctx context.Context, call Call, fn func(ctx context.Context, run Run) ([]byte, error)) (res Result, err error) {
+	ev := DoEvent{Scope: call.Scope, Key: call.Key, Outcome: DoPanic}
+	if g.cfg.OnDo != nil {
+		start := time.Now()
+		defer func() {
+			ev.Duration = time.Since(start)
+			if ev.Outcome != DoPanic {
+				ev.Err = err
+			}
+			if ev.Token == 0 {
+				ev.Token = res.Token
+			}
+			g.cfg.OnDo(ctx, ev)
+		}()
+	}
+	return g.do(ctx, call, fn, &ev)
+}
+
+// do is Do; it records the outcome in ev.
+func (g *Guard) do(ctx context.Context, call Call, fn func(ctx context.Context, run Run) ([]byte, error), ev *DoEvent) (Result, error) {
 	if err := Validate(call.Scope, call.Key); err != nil {
+		ev.Outcome = DoRejected
 		return Result{}, err
 	}
 	var waitUntil time.Time
@@ -147,26 +206,33 @@ func (g *Guard) Do(ctx context.Context, call Call, fn func(ctx context.Context, 
 			Scope: call.Scope, Key: call.Key, Fingerprint: call.Fingerprint, Lease: g.cfg.Lease,
 		})
 		if err != nil {
+			ev.Outcome = DoError
 			return Result{}, err
 		}
 		switch claim.Outcome {
 		case Acquired:
-			return g.run(ctx, call, claim, fn)
+			ev.Token, ev.Takeover = claim.Token, claim.Takeover
+			return g.run(ctx, call, claim, fn, ev)
 		case Completed:
+			ev.Outcome = DoReplayed
 			return replay(claim.Record)
 		case Mismatch:
+			ev.Outcome = DoMismatch
 			return Result{}, fmt.Errorf("%w (scope %q, key %q)", ErrFingerprintMismatch, call.Scope, call.Key)
 		case InProgress:
 			if waitUntil.IsZero() || !time.Now().Before(waitUntil) {
+				ev.Outcome = DoInProgress
 				return Result{}, ErrInProgress
 			}
 			// Poll with jitter so that many waiters do not hit the store in step.
 			d := min(time.Duration(rand.Int64N(int64(poll)))+poll/2, time.Until(waitUntil))
 			if err := sleep(ctx, d); err != nil {
+				ev.Outcome = DoError
 				return Result{}, err
 			}
 			poll = min(2*poll, time.Second)
 		default:
+			ev.Outcome = DoError
 			return Result{}, fmt.Errorf("idem: store returned unknown claim outcome %v", claim.Outcome)
 		}
 	}
@@ -188,7 +254,7 @@ func replay(rec *Record) (Result, error) {
 	return res, nil
 }
 
-func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context.Context, Run) ([]byte, error)) (res Result, err error) {
+func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context.Context, Run) ([]byte, error), ev *DoEvent) (res Result, err error) {
 	run := Run{Scope: call.Scope, Key: call.Key, Token: claim.Token, Takeover: claim.Takeover}
 	res.Token = claim.Token
 
@@ -220,6 +286,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	lost := hb.stop()
 
 	if lost {
+		ev.Outcome = DoLeaseLost
 		if fnErr != nil {
 			return res, fmt.Errorf("%w (scope %q, key %q): %w", ErrLeaseLost, call.Scope, call.Key, fnErr)
 		}
@@ -229,8 +296,10 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	cctx, cancel := cleanupCtx()
 	defer cancel()
 	if fnErr != nil && !IsFinal(fnErr) {
+		ev.Outcome = DoFailed
 		if rerr := g.store.Release(cctx, call.Scope, call.Key, run.Token); rerr != nil {
 			if errors.Is(rerr, ErrLeaseLost) {
+				ev.Outcome = DoLeaseLost
 				return res, fmt.Errorf("%w: %w", fnErr, rerr)
 			}
 			g.cfg.Logger.Error("idem: releasing key after failure; it stays locked until the lease expires",
@@ -248,8 +317,13 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 		req.Result, req.Failed = []byte(msg), true
 	}
 	if cerr := g.store.Complete(cctx, req); cerr != nil {
+		ev.Outcome = DoError
+		if errors.Is(cerr, ErrLeaseLost) {
+			ev.Outcome = DoLeaseLost
+		}
 		return res, fmt.Errorf("idem: the operation ran but its result could not be recorded: %w", cerr)
 	}
+	ev.Outcome = DoExecuted
 	if fnErr != nil {
 		return res, fnErr
 	}

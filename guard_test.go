@@ -324,3 +324,143 @@ func TestDownstreamKey(t *testing.T) {
 		t.Fatal("Run.DownstreamKey must not depend on the token")
 	}
 }
+
+// events records GuardConfig.OnDo events.
+type events struct {
+	mu  sync.Mutex
+	evs []idem.DoEvent
+}
+
+func (e *events) on(_ context.Context, ev idem.DoEvent) {
+	e.mu.Lock()
+	e.evs = append(e.evs, ev)
+	e.mu.Unlock()
+}
+
+// last returns the only event recorded since the previous call.
+func (e *events) last(t *testing.T) idem.DoEvent {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.evs) != 1 {
+		t.Fatalf("%d events, want exactly one per Do: %+v", len(e.evs), e.evs)
+	}
+	ev := e.evs[0]
+	e.evs = nil
+	return ev
+}
+
+// completeFailsStore fails every Complete.
+type completeFailsStore struct{ idem.Store }
+
+func (completeFailsStore) Complete(context.Context, idem.CompleteRequest) error {
+	return idem.Retryable(errors.New("connection reset"))
+}
+
+func TestGuardOnDoReportsEveryOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var rec events
+	clock := idemtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := idemtest.NewMemoryStore(&idemtest.MemoryOptions{Now: clock.Now, MaxResultBytes: 8})
+	cfg := &idem.GuardConfig{OnDo: rec.on}
+	g := idem.NewGuard(store, cfg)
+	ok := func(context.Context, idem.Run) ([]byte, error) { return []byte("done"), nil }
+	boom := errors.New("boom")
+
+	want := func(what string, ev idem.DoEvent, outcome idem.DoOutcome, errIs error, tokenSet bool) {
+		t.Helper()
+		if ev.Outcome != outcome || ev.Scope != "test" {
+			t.Errorf("%s: event %+v, want outcome %s in scope test", what, ev, outcome)
+		}
+		if (errIs == nil) != (ev.Err == nil) || (errIs != nil && !errors.Is(ev.Err, errIs)) {
+			t.Errorf("%s: event error %v, want %v", what, ev.Err, errIs)
+		}
+		if tokenSet != (ev.Token > 0) {
+			t.Errorf("%s: event token %d, want set=%v", what, ev.Token, tokenSet)
+		}
+		if ev.Duration <= 0 {
+			t.Errorf("%s: duration %v", what, ev.Duration)
+		}
+	}
+
+	res, _ := g.Do(ctx, call("a"), ok)
+	ev := rec.last(t)
+	want("first call", ev, idem.DoExecuted, nil, true)
+	if ev.Token != res.Token || ev.Key != "a" {
+		t.Errorf("executed event %+v, want token %d and key a", ev, res.Token)
+	}
+	_, _ = g.Do(ctx, call("a"), ok)
+	want("second call", rec.last(t), idem.DoReplayed, nil, true)
+
+	_, _ = g.Do(ctx, call("b"), func(context.Context, idem.Run) ([]byte, error) { return nil, boom })
+	want("fn error", rec.last(t), idem.DoFailed, boom, true)
+	_, _ = g.Do(ctx, call("c"), func(context.Context, idem.Run) ([]byte, error) { return nil, idem.Final(boom) })
+	want("final error", rec.last(t), idem.DoExecuted, boom, true)
+	_, _ = g.Do(ctx, call("c"), ok)
+	var stored *idem.StoredError
+	if ev := rec.last(t); ev.Outcome != idem.DoReplayed || !errors.As(ev.Err, &stored) || ev.Token == 0 {
+		t.Errorf("replayed final error: event %+v, want replayed with a *StoredError", ev)
+	}
+	_, _ = g.Do(ctx, call("t"), func(context.Context, idem.Run) ([]byte, error) { return []byte("too large to keep"), nil })
+	rec.last(t)
+	_, _ = g.Do(ctx, call("t"), ok)
+	want("tombstone", rec.last(t), idem.DoReplayed, idem.ErrResultDiscarded, true)
+
+	other := idem.Call{Scope: "test", Key: "a", Fingerprint: idem.FingerprintBytes([]byte("other"))}
+	_, _ = g.Do(ctx, other, ok)
+	want("other payload", rec.last(t), idem.DoMismatch, idem.ErrFingerprintMismatch, false)
+
+	_, _ = g.Do(ctx, idem.Call{Scope: "test", Key: "a\nb"}, ok)
+	want("invalid key", rec.last(t), idem.DoRejected, idem.ErrInvalidKey, false)
+
+	held, err := store.Claim(ctx, idem.ClaimRequest{Scope: "test", Key: "held", Fingerprint: call("").Fingerprint, Lease: time.Minute})
+	if err != nil || held.Outcome != idem.Acquired {
+		t.Fatal(held, err)
+	}
+	_, _ = g.Do(ctx, call("held"), ok)
+	want("held key", rec.last(t), idem.DoInProgress, idem.ErrInProgress, false)
+	clock.Advance(2 * time.Minute)
+	_, _ = g.Do(ctx, call("held"), ok)
+	ev = rec.last(t)
+	want("takeover", ev, idem.DoExecuted, nil, true)
+	if !ev.Takeover || ev.Token <= held.Token {
+		t.Errorf("takeover event %+v, want Takeover and a token above %d", ev, held.Token)
+	}
+
+	_, _ = g.Do(ctx, call("lost"), func(ctx context.Context, run idem.Run) ([]byte, error) {
+		return nil, store.Delete(ctx, "test", "lost") // the operator deleted it: Complete finds no lease
+	})
+	want("record deleted while fn ran", rec.last(t), idem.DoLeaseLost, idem.ErrLeaseLost, true)
+
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not go on")
+			}
+		}()
+		_, _ = g.Do(ctx, call("p"), func(context.Context, idem.Run) ([]byte, error) { panic("handler bug") })
+	}()
+	want("panic", rec.last(t), idem.DoPanic, nil, true)
+
+	gf := idem.NewGuard(failingStore{store}, cfg)
+	_, _ = gf.Do(ctx, call("s"), ok)
+	if ev := rec.last(t); ev.Outcome != idem.DoError || !idem.IsRetryable(ev.Err) || ev.Token != 0 {
+		t.Errorf("claim fails: event %+v, want error with the store's retryable error and no token", ev)
+	}
+	gc := idem.NewGuard(completeFailsStore{store}, cfg)
+	_, _ = gc.Do(ctx, call("r"), ok)
+	ev = rec.last(t)
+	if ev.Outcome != idem.DoError || !idem.IsRetryable(ev.Err) || ev.Token == 0 {
+		t.Errorf("complete fails: event %+v, want error with the store's retryable error and the run's token", ev)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	gw := idem.NewGuard(store, &idem.GuardConfig{OnDo: rec.on, Wait: time.Minute})
+	if _, err := store.Claim(ctx, idem.ClaimRequest{Scope: "test", Key: "w", Fingerprint: call("").Fingerprint, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = gw.Do(cctx, call("w"), ok)
+	want("wait cancelled", rec.last(t), idem.DoError, context.Canceled, false)
+}

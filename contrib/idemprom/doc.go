@@ -9,6 +9,7 @@
 //	engine, err := consume.New(process, &consume.Config{Name: "payments", Hooks: m.ConsumeHooks()})
 //	worker, err := inbox.NewWorker(backend, &inbox.Config{OnEvent: m.InboxHook()})
 //	mw, err := idemhttp.New(store, &idemhttp.Config{OnRequest: m.HTTPHook()})
+//	guard := idem.NewGuard(store, &idem.GuardConfig{OnDo: m.GuardHook("payments-gateway")})
 //
 // A second New on the same registry with the same namespace fails with an
 // error wrapping prometheus.AlreadyRegisteredError, and registers nothing.
@@ -25,18 +26,22 @@
 //	idem_inbox_run_seconds{type,outcome}                       histogram
 //	idem_http_requests_total{outcome,status_class[,route]}     counter
 //	idem_http_request_duration_seconds{outcome[,route]}        histogram
+//	idem_guard_calls_total{guard,outcome}                      counter
+//	idem_guard_call_seconds{guard,outcome}                     histogram
 //
 // The consumer outcomes are processed, duplicate, retried, dead_lettered,
 // requeued and abandoned; dead-letter reasons are consume's Reason
 // constants; inbox outcomes are processed, retried, dead, lease_lost and
 // released; HTTP outcomes are idemhttp's Outcome values and status classes
-// are 1xx to 5xx. Anything else is reported as "other", so a new outcome in
+// are 1xx to 5xx; Guard outcomes are idem's DoOutcome values (executed,
+// replayed, failed, in_progress, mismatch, lease_lost, panic, rejected,
+// error). Anything else is reported as "other", so a new outcome in
 // idem never creates unexpected series.
 //
 // # Cardinality and privacy
 //
 // Every label comes from a small fixed set or from names in your code
-// (consumer names, inbox event types, ServeMux patterns), and the free-form
+// (consumer names, inbox event types, ServeMux patterns, Guard names), and the free-form
 // ones are capped by [Options.MaxLabelValues]. The idempotency key, the
 // message id, the scope and its hash, the principal and the URL path are
 // never labels: each is unbounded, so it would create a series per request

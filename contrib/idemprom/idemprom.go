@@ -69,8 +69,10 @@ type Metrics struct {
 	inboxSeconds *prometheus.HistogramVec
 	httpRequests *prometheus.CounterVec
 	httpSeconds  *prometheus.HistogramVec
+	guardCalls   *prometheus.CounterVec
+	guardSeconds *prometheus.HistogramVec
 
-	consumers, types, routes *boundedSet
+	consumers, types, routes, guards *boundedSet
 }
 
 // New creates the collectors and registers them with reg. It fails, and
@@ -136,13 +138,19 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"Requests handled by the idemhttp middleware, by outcome and status class.", httpLabels...),
 		httpSeconds: histogram("http", "request_duration_seconds",
 			"Latency of requests handled by the idemhttp middleware, by outcome.", httpTimeLabels...),
+		guardCalls: counter("guard", "calls_total",
+			"Calls of idem.Guard.Do, by guard name and outcome.", "guard", "outcome"),
+		guardSeconds: histogram("guard", "call_seconds",
+			"Time an idem.Guard.Do call took, by guard name and outcome.", "guard", "outcome"),
 		consumers: newBoundedSet(o.MaxLabelValues),
 		types:     newBoundedSet(o.MaxLabelValues),
 		routes:    newBoundedSet(o.MaxLabelValues),
+		guards:    newBoundedSet(o.MaxLabelValues),
 	}
 	collectors := []prometheus.Collector{
 		m.deliveries, m.handle, m.deadLetters, m.infraRetries,
 		m.inboxRuns, m.inboxSeconds, m.httpRequests, m.httpSeconds,
+		m.guardCalls, m.guardSeconds,
 	}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -297,6 +305,28 @@ func (m *Metrics) onHTTP(r *http.Request, ev idemhttp.Event) {
 	}
 	m.httpRequests.WithLabelValues(outcome, class, route).Inc()
 	m.httpSeconds.WithLabelValues(outcome, route).Observe(ev.Latency.Seconds())
+}
+
+var guardOutcomes = map[idem.DoOutcome]bool{
+	idem.DoExecuted: true, idem.DoReplayed: true, idem.DoFailed: true, idem.DoInProgress: true,
+	idem.DoMismatch: true, idem.DoLeaseLost: true, idem.DoPanic: true, idem.DoRejected: true,
+	idem.DoError: true,
+}
+
+// GuardHook returns a function for idem.GuardConfig.OnDo that reports the
+// calls under the label guard=name (bounded by [Options.MaxLabelValues]);
+// give each Guard its own name ("payments-gateway"). The scope and key are
+// never labels.
+func (m *Metrics) GuardHook(name string) func(context.Context, idem.DoEvent) {
+	label, _ := m.guards.label(name)
+	return func(_ context.Context, ev idem.DoEvent) {
+		outcome := Other
+		if guardOutcomes[ev.Outcome] {
+			outcome = string(ev.Outcome)
+		}
+		m.guardCalls.WithLabelValues(label, outcome).Inc()
+		m.guardSeconds.WithLabelValues(label, outcome).Observe(ev.Duration.Seconds())
+	}
 }
 
 // boundedSet admits at most max distinct label values; later ones become

@@ -558,3 +558,45 @@ func TestConcurrentHooks(t *testing.T) {
 		t.Fatalf("consumer labels %v, want 8 names and other", consumers)
 	}
 }
+
+// TestGuardHookWithRealGuard drives idem.Guard over a MemoryStore: runs,
+// replays, a failure, a mismatch and a bounded guard name.
+func TestGuardHookWithRealGuard(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, &Options{MaxLabelValues: 1})
+	ctx := context.Background()
+	store := idemtest.NewMemoryStore(nil)
+	g := idem.NewGuard(store, &idem.GuardConfig{OnDo: m.GuardHook("gateway"), Logger: quiet})
+	call := func(key, body string) idem.Call {
+		return idem.Call{Scope: "secret-scope", Key: key, Fingerprint: idem.FingerprintBytes([]byte(body))}
+	}
+	ok := func(context.Context, idem.Run) ([]byte, error) { return []byte("charged"), nil }
+	for range 3 {
+		if _, err := g.Do(ctx, call("secret-key-1", "a"), ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.Do(ctx, call("secret-key-1", "b"), ok); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("mismatch = %v", err)
+	}
+	boom := errors.New("boom")
+	if _, err := g.Do(ctx, call("secret-key-2", "a"), func(context.Context, idem.Run) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("failure = %v", err)
+	}
+	// A second guard name is past MaxLabelValues: "other".
+	g2 := idem.NewGuard(store, &idem.GuardConfig{OnDo: m.GuardHook("second"), Logger: quiet})
+	if _, err := g2.Do(ctx, call("secret-key-3", "a"), ok); err != nil {
+		t.Fatal(err)
+	}
+	m.GuardHook("gateway")(ctx, idem.DoEvent{Outcome: "brand_new"})
+	wantSeries(t, series(t, reg), map[string]float64{
+		"idem_guard_calls_total{guard=gateway,outcome=executed}":  1,
+		"idem_guard_calls_total{guard=gateway,outcome=replayed}":  2,
+		"idem_guard_calls_total{guard=gateway,outcome=mismatch}":  1,
+		"idem_guard_calls_total{guard=gateway,outcome=failed}":    1,
+		"idem_guard_calls_total{guard=gateway,outcome=other}":     1,
+		"idem_guard_calls_total{guard=other,outcome=executed}":    1,
+		"idem_guard_call_seconds{guard=gateway,outcome=replayed}": 2,
+	})
+	noLeaks(t, reg, "secret-scope", "secret-key")
+}
