@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -25,6 +26,9 @@ const RedisPipeline = 16
 // PX, the ceiling the Redis target is set against.
 const RedisBenchmarkCeiling = "redis-benchmark -P 16 SET NX PX"
 
+// RedisClaimBatch names the row of idem claims made 16 at a time.
+const RedisClaimBatch = "idem Store.ClaimBatch ×16 (rueidis)"
+
 // redisTTL bounds every key the Redis scenarios write, so nothing outlives
 // the run for long.
 const redisTTL = time.Minute
@@ -40,6 +44,8 @@ func redisScenarios(n int) []*Scenario {
 		row("raw SET NX PX, go-redis unpipelined", RoleTextbook, "one round trip per key", prepRedisTextbook),
 		row("raw SET NX PX, rueidis, one per caller", RoleTextbook, "the bare command from the same 64 callers, auto-pipelined", prepRedisRueidis),
 		row("idem Store.Claim (rueidis)", RoleIdem, "Lua claim: record, fencing token, fingerprint", prepRedisClaim),
+		row(RedisClaimBatch, RoleIdem, "the same claim, 16 keys per ClaimBatch: the ceiling's 16 in flight per caller", prepRedisClaimBatch),
+		row("idem ClaimBatch + CompleteBatch ×16", RoleIdem, "the whole lease cycle, 16 keys per call", prepRedisCycleBatch),
 		row("idem Store.Claim + Complete", RoleIdem, "the whole lease cycle: claim, then store a result", prepRedisClaimComplete),
 	}
 }
@@ -131,15 +137,7 @@ func prepRedisClaimComplete(ctx context.Context, env *Env, s *Scenario) (Run, er
 // prepRedisStore claims every key of the stream through the store, and
 // with complete stores a small result for each.
 func prepRedisStore(ctx context.Context, env *Env, s *Scenario, complete bool) (Run, error) {
-	client, err := rueidisClient(env)
-	if err != nil {
-		return Run{}, err
-	}
-	store, err := idemredis.New(ctx, client, &idemredis.Config{Prefix: "idembench:" + env.Prefix + ":", AbandonedRetention: redisTTL})
-	if err != nil {
-		return Run{}, err
-	}
-	gr, err := goRedis(env)
+	store, gr, err := redisStore(ctx, env)
 	if err != nil {
 		return Run{}, err
 	}
@@ -155,6 +153,71 @@ func prepRedisStore(ctx context.Context, env *Env, s *Scenario, complete bool) (
 			return err
 		})
 	}}, nil
+}
+
+func prepRedisClaimBatch(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	return prepRedisBatches(ctx, env, s, false)
+}
+
+func prepRedisCycleBatch(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	return prepRedisBatches(ctx, env, s, true)
+}
+
+// prepRedisBatches claims the stream's keys RedisPipeline at a time with
+// Store.ClaimBatch, the in-flight depth of the pipelined ceiling, and with
+// complete stores a small result for each with Store.CompleteBatch.
+func prepRedisBatches(ctx context.Context, env *Env, s *Scenario, complete bool) (Run, error) {
+	store, gr, err := redisStore(ctx, env)
+	if err != nil {
+		return Run{}, err
+	}
+	return Run{After: unlinkAfter(gr, func(k string) string { return store.RecordKey("bench", k) }), Exec: func(ctx context.Context, st Stream) error {
+		return eachBatch(ctx, s.Concurrency, len(st.Keys), RedisPipeline, func(ctx context.Context, _, lo, hi int) error {
+			reqs := make([]idem.ClaimRequest, 0, hi-lo)
+			for _, k := range st.Keys[lo:hi] {
+				reqs = append(reqs, idem.ClaimRequest{Scope: "bench", Key: k, Lease: redisTTL})
+			}
+			got, err := store.ClaimBatch(ctx, reqs)
+			if err != nil {
+				return err
+			}
+			for i, it := range got {
+				if it.Err != nil {
+					return it.Err
+				}
+				if it.Outcome != idem.Acquired {
+					return fmt.Errorf("claim %q: %v, want acquired", reqs[i].Key, it.Outcome)
+				}
+			}
+			if !complete {
+				return nil
+			}
+			done := make([]idem.CompleteRequest, len(got))
+			for i, it := range got {
+				done[i] = idem.CompleteRequest{Scope: "bench", Key: reqs[i].Key, Token: it.Token, Result: []byte("ok"), Retention: redisTTL}
+			}
+			errs, err := store.CompleteBatch(ctx, done)
+			if err == nil {
+				err = errors.Join(errs...)
+			}
+			return err
+		})
+	}}, nil
+}
+
+// redisStore opens the run's store over the shared rueidis client, and
+// the go-redis client that unlinks its keys.
+func redisStore(ctx context.Context, env *Env) (*idemredis.Store, *redis.Client, error) {
+	client, err := rueidisClient(env)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := idemredis.New(ctx, client, &idemredis.Config{Prefix: "idembench:" + env.Prefix + ":", AbandonedRetention: redisTTL})
+	if err != nil {
+		return nil, nil, err
+	}
+	gr, err := goRedis(env)
+	return store, gr, err
 }
 
 // unlinkAfter returns a Run.After that deletes the keys a run wrote, named

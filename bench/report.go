@@ -94,9 +94,13 @@ func (r *Report) Headlines() []Headline {
 		{"idem ProcessBatch vs River unique InsertManyTx", ratio(batch, r.find(GroupPostgres, RolePeer, "", c, d)), 2, where},
 	}
 	redis := r.find(GroupRedis, RoleIdem, "", RedisCallers, 0)
+	redisBatch := r.find(GroupRedis, RoleIdem, RedisClaimBatch, RedisCallers, 0)
+	ceiling := r.find(GroupRedis, RoleCeiling, RedisBenchmarkCeiling, RedisCallers, 0)
 	where = fmt.Sprintf("Redis, %d callers", RedisCallers)
 	hs = append(hs,
-		Headline{"idem Redis claims vs redis-benchmark -P 16 SET NX PX", ratio(redis, r.find(GroupRedis, RoleCeiling, RedisBenchmarkCeiling, RedisCallers, 0)), 0.5, where},
+		Headline{"idem Redis claims vs redis-benchmark -P 16 SET NX PX", ratio(redis, ceiling), 0.5, where + ", one key per call"},
+		Headline{fmt.Sprintf("idem Redis ClaimBatch ×%d vs redis-benchmark -P 16 SET NX PX", RedisPipeline), ratio(redisBatch, ceiling), 0.5,
+			fmt.Sprintf("%s, %d keys per call (the ceiling's depth)", where, RedisPipeline)},
 		Headline{fmt.Sprintf("idem Redis claims vs go-redis pipeline ×%d SET NX PX", RedisPipeline),
 			ratio(redis, r.find(GroupRedis, RoleCeiling, fmt.Sprintf("raw SET NX PX, go-redis pipeline ×%d", RedisPipeline), RedisCallers, 0)), 0.5, where})
 	return hs

@@ -210,21 +210,38 @@ func (s *Store) releaseAbandoned(c *call) {
 // execCompletes runs the completion script once for calls and sets each
 // call's error.
 func (s *Store) execCompletes(ctx context.Context, calls []*call) {
+	e := completeExec(calls)
+	_ = s.setCompletes(calls, completeLua.Exec(ctx, s.client, e.Keys, e.Args))
+}
+
+// completeExec returns the completion script's keys and arguments for
+// calls.
+func completeExec(calls []*call) rueidis.LuaExec {
 	keys := make([]string, len(calls))
 	args := make([]string, 0, 4*len(calls))
 	for i, c := range calls {
 		keys[i] = c.key
 		args = append(args, c.tokenText, c.result, c.flags, c.retention)
 	}
-	vals, err := completeLua.Exec(ctx, s.client, keys, args).ToArray()
+	return rueidis.LuaExec{Keys: keys, Args: args}
+}
+
+// setCompletes decodes the completion script's reply for calls and sets
+// each call's error. It returns the error of the call as a whole, if it
+// failed (then every call has it).
+func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
+	vals, err := reply.ToArray()
 	if err == nil && len(vals) != len(calls) {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), len(calls))
 	}
-	for i, c := range calls {
-		if err != nil {
-			c.err = s.wrap("complete", err)
-			continue
+	if err != nil {
+		err = s.wrap("complete", err)
+		for _, c := range calls {
+			c.err = err
 		}
+		return err
+	}
+	for i, c := range calls {
 		if ierr := vals[i].Error(); ierr != nil {
 			c.err = s.wrap("complete", ierr)
 			continue
@@ -232,11 +249,53 @@ func (s *Store) execCompletes(ctx context.Context, calls []*call) {
 		n, ierr := vals[i].AsInt64()
 		c.err = s.tokenReply("complete", c.key, c.token, n, ierr)
 	}
+	return nil
+}
+
+// execMulti sends calls as script calls of up to the store's batch size,
+// consecutive calls that fit together sharing one, all in one round trip
+// from the caller's goroutine, and sets each call's outcome. It returns the
+// first error of a script call as a whole.
+func (s *Store) execMulti(ctx context.Context, script *rueidis.Lua, calls []*call, fits func(first, c *call) bool,
+	build func([]*call) rueidis.LuaExec, set func([]*call, rueidis.RedisResult) error) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	per := 1
+	if s.claims != nil {
+		per = s.claims.maxBatch
+	}
+	var chunks [][]*call
+	for _, c := range calls {
+		if n := len(chunks); n > 0 && len(chunks[n-1]) < per && fits(chunks[n-1][0], c) {
+			chunks[n-1] = append(chunks[n-1], c)
+			continue
+		}
+		chunks = append(chunks, []*call{c})
+	}
+	execs := make([]rueidis.LuaExec, len(chunks))
+	for i, chunk := range chunks {
+		execs[i] = build(chunk)
+	}
+	var first error
+	for i, reply := range script.ExecMulti(ctx, s.client, execs...) {
+		if err := set(chunks[i], reply); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // execClaims runs the claim script once for calls, which share a lease, and
 // sets each call's claim or error.
 func (s *Store) execClaims(ctx context.Context, calls []*call) {
+	e := claimExec(s, calls)
+	_ = s.setClaims(calls, claimLua.Exec(ctx, s.client, e.Keys, e.Args))
+}
+
+// claimExec returns the claim script's keys and arguments for calls, which
+// share a lease.
+func claimExec(s *Store, calls []*call) rueidis.LuaExec {
 	keys := make([]string, len(calls))
 	args := make([]string, 2, 2+len(calls))
 	args[0], args[1] = s.abandonMS, calls[0].lease.s
@@ -244,7 +303,14 @@ func (s *Store) execClaims(ctx context.Context, calls []*call) {
 		keys[i] = c.key
 		args = append(args, c.id)
 	}
-	vals, err := claimLua.Exec(ctx, s.client, keys, args).ToArray()
+	return rueidis.LuaExec{Keys: keys, Args: args}
+}
+
+// setClaims decodes the claim script's reply for calls and sets each call's
+// claim or error. It returns the error of the call as a whole, if it failed
+// (then every call has it).
+func (s *Store) setClaims(calls []*call, reply rueidis.RedisResult) error {
+	vals, err := reply.ToArray()
 	if err == nil && len(vals) != 2+len(calls) {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), 2+len(calls))
 	}
@@ -255,13 +321,17 @@ func (s *Store) execClaims(ctx context.Context, calls []*call) {
 		now, err2 = vals[1].AsInt64()
 		err = errors.Join(err1, err2)
 	}
-	for i, c := range calls {
-		if err != nil {
-			c.err = s.wrap("claim", err)
-			continue
+	if err != nil {
+		err = s.wrap("claim", err)
+		for _, c := range calls {
+			c.err = err
 		}
+		return err
+	}
+	for i, c := range calls {
 		c.claim, c.err = s.decodeClaim(c, token, now, &vals[i+2])
 	}
+	return nil
 }
 
 // decodeClaim decodes one item of the claim script's reply.

@@ -263,6 +263,64 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return c.claim, c.err
 }
 
+// MaxClaimBatch bounds the requests of one [Store.ClaimBatch].
+const MaxClaimBatch = 4096
+
+// BatchClaim is one item of [Store.ClaimBatch]'s answer: the claim, or the
+// error of that key alone (a key that holds another type, a record of
+// another format, an out-of-memory refusal).
+type BatchClaim struct {
+	idem.Claim
+	Err error
+}
+
+// ClaimBatch claims every request of reqs, for a consumer that receives
+// messages in batches (a Kafka fetch, a JetStream Fetch). Each key is
+// claimed atomically, as by [Store.Claim], and in the order of reqs: the
+// same key twice gives the second request InProgress. The answer has one
+// item per request, in order.
+//
+// Requests go out as few script calls as [Config.MaxBatch] allows (one key
+// per call on a cluster client), with consecutive requests of the same
+// lease sharing a call, and all the calls go out together in one round
+// trip from the caller's goroutine. It returns an error, and claims
+// nothing, when a request is invalid or there are more than
+// [MaxClaimBatch]; it returns an error when the calls fail as a whole (the
+// server is unreachable, ctx ended), with the answer, whose items of the
+// failed calls carry that error: then some keys may still have been
+// claimed, and their leases expire as usual, as with a Claim whose context
+// ends in flight.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]BatchClaim, error) {
+	if len(reqs) > MaxClaimBatch {
+		return nil, fmt.Errorf("%w: idemredis: claim batch of %d requests, the limit is %d", idem.ErrInvalidConfig, len(reqs), MaxClaimBatch)
+	}
+	for i, req := range reqs {
+		if err := idem.ValidateClaim(req); err != nil {
+			return nil, fmt.Errorf("idemredis: claim batch: request %d: %w", i, err)
+		}
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, s.wrap("claim", err)
+	}
+	calls := make([]call, len(reqs))
+	ptrs := make([]*call, len(reqs))
+	for i, req := range reqs {
+		c := &calls[i]
+		c.key, c.id, c.lease = s.recordKey(req.Scope, req.Key), identity(req.Fingerprint, req.Scope, req.Key), s.leaseOf(req.Lease)
+		ptrs[i] = c
+	}
+	err := s.execMulti(ctx, claimLua, ptrs, func(first, c *call) bool { return c.lease.ms == first.lease.ms },
+		func(cs []*call) rueidis.LuaExec { return claimExec(s, cs) }, s.setClaims)
+	out := make([]BatchClaim, len(reqs))
+	for i := range calls {
+		out[i] = BatchClaim{Claim: calls[i].claim, Err: calls[i].err}
+	}
+	return out, err
+}
+
 // tokenOp runs a script that answers 1 (done), 0 (token not current) or
 // -1 (record of another format).
 func (s *Store) tokenOp(ctx context.Context, op string, script *rueidis.Lua, rk string, token int64, args ...string) error {
@@ -287,14 +345,10 @@ func (s *Store) tokenReply(op, rk string, token, n int64, err error) error {
 	return nil
 }
 
-// Complete implements [idem.Store]. Concurrent completions share script
-// calls, as claims do.
-func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	if err := idem.ValidateComplete(req); err != nil {
-		return err
-	}
-	c := &call{key: s.recordKey(req.Scope, req.Key), token: req.Token, result: string(req.Result), flags: "00",
-		retention: millis(req.Retention)}
+// completeCall fills c for req. A token that no claim can have issued is
+// ErrLeaseLost at once.
+func (s *Store) completeCall(c *call, req idem.CompleteRequest) error {
+	c.key, c.token, c.result, c.flags, c.retention = s.recordKey(req.Scope, req.Key), req.Token, string(req.Result), "00", millis(req.Retention)
 	if c.token <= 0 {
 		return fmt.Errorf("idemredis: complete: token %d: %w", c.token, idem.ErrLeaseLost)
 	}
@@ -304,6 +358,59 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	}
 	if req.Failed {
 		c.flags = "1" + c.flags[1:]
+	}
+	return nil
+}
+
+// CompleteBatch completes every request of reqs, the counterpart of
+// [Store.ClaimBatch]: each record is checked against its own token, as by
+// [Store.Complete], and the answer has one error per request, in order (nil
+// when that record was completed; ErrLeaseLost when its token is no longer
+// current). Requests go out as few script calls as [Config.MaxBatch]
+// allows, all in one round trip. It returns an error, and completes
+// nothing, when a request is invalid or there are more than
+// [MaxClaimBatch]; it returns an error when the calls fail as a whole (then
+// some records may still have been completed; completing them again with
+// the same token is refused, as after any lost reply).
+func (s *Store) CompleteBatch(ctx context.Context, reqs []idem.CompleteRequest) ([]error, error) {
+	if len(reqs) > MaxClaimBatch {
+		return nil, fmt.Errorf("%w: idemredis: complete batch of %d requests, the limit is %d", idem.ErrInvalidConfig, len(reqs), MaxClaimBatch)
+	}
+	for i, req := range reqs {
+		if err := idem.ValidateComplete(req); err != nil {
+			return nil, fmt.Errorf("idemredis: complete batch: request %d: %w", i, err)
+		}
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, s.wrap("complete", err)
+	}
+	calls := make([]call, len(reqs))
+	ptrs := make([]*call, 0, len(reqs))
+	for i, req := range reqs {
+		if calls[i].err = s.completeCall(&calls[i], req); calls[i].err == nil {
+			ptrs = append(ptrs, &calls[i])
+		}
+	}
+	err := s.execMulti(ctx, completeLua, ptrs, func(_, _ *call) bool { return true }, completeExec, s.setCompletes)
+	out := make([]error, len(reqs))
+	for i := range calls {
+		out[i] = calls[i].err
+	}
+	return out, err
+}
+
+// Complete implements [idem.Store]. Concurrent completions share script
+// calls, as claims do.
+func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if err := idem.ValidateComplete(req); err != nil {
+		return err
+	}
+	c := &call{}
+	if err := s.completeCall(c, req); err != nil {
+		return err
 	}
 	if s.completes != nil {
 		return s.completes.do(ctx, c)

@@ -63,6 +63,44 @@ func claimFresh(ctx context.Context, s *idemredis.Store, i int64) (idem.Claim, e
 	return cl, err
 }
 
+// runBatches claims b.N fresh keys from `callers` goroutines, each taking
+// per keys at a time with one ClaimBatch, and reports claims/s.
+func runBatches(b *testing.B, ctx context.Context, s *idemredis.Store, per int) {
+	b.Helper()
+	var seq atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range callers {
+		wg.Go(func() {
+			reqs := make([]idem.ClaimRequest, 0, per)
+			for {
+				hi := seq.Add(int64(per))
+				lo := hi - int64(per) + 1
+				if lo > int64(b.N) {
+					return
+				}
+				reqs = reqs[:0]
+				for i := lo; i <= min(hi, int64(b.N)); i++ {
+					reqs = append(reqs, idem.ClaimRequest{Scope: "bench", Key: "k" + strconv.FormatInt(i, 10), Lease: time.Minute})
+				}
+				got, err := s.ClaimBatch(ctx, reqs)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for _, it := range got {
+					if it.Err != nil || it.Outcome != idem.Acquired {
+						b.Errorf("claim: %v, %v", it.Outcome, it.Err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
 // freshCycles claims key i and completes it with a small result.
 func freshCycles(ctx context.Context, s *idemredis.Store) func(i int64) error {
 	return func(i int64) error {
@@ -111,6 +149,8 @@ func benchPrefix() string {
 //
 //   - Store: idem claims of fresh keys through the Store (batched), 64
 //     concurrent callers;
+//   - StoreBatch16: 64 callers claiming 16 fresh keys per ClaimBatch, the
+//     in-flight depth of the -P 16 ceiling;
 //   - StoreUnbatched: the same with MaxBatch 1, one script call per
 //     claim;
 //   - GoRedisScript: the same claim script, one key per call, through
@@ -134,6 +174,14 @@ func BenchmarkClaim(b *testing.B) {
 		c := newClient(b)
 		s := newStore(b, c, nil)
 		runCallers(b, freshClaims(ctx, s))
+	})
+
+	// The ceiling's own shape: 64 callers with 16 claims in flight each,
+	// as a consumer that receives batches claims them.
+	b.Run("StoreBatch16", func(b *testing.B) {
+		c := newClient(b)
+		s := newStore(b, c, nil)
+		runBatches(b, ctx, s, 16)
 	})
 
 	// Every claim on its own call, as before batching and as on a cluster
