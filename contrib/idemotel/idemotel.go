@@ -1,0 +1,688 @@
+package idemotel
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/inbox"
+)
+
+// ScopeName is the instrumentation scope of the meter and the tracer.
+const ScopeName = "github.com/idem-go/idem/contrib/idemotel"
+
+// DefaultMaxLabelValues bounds the distinct values of each free-form metric
+// attribute (consumer, inbox type, HTTP route, Guard name) unless
+// [Options.MaxLabelValues] says otherwise.
+const DefaultMaxLabelValues = 100
+
+// Other replaces a metric attribute value outside its fixed set, or beyond
+// the [Options.MaxLabelValues] bound.
+const Other = "other"
+
+// defaultBuckets are the boundaries, in seconds, that the OpenTelemetry
+// semantic conventions recommend for request durations. The SDK's own
+// default (0 to 10000) is meant for milliseconds and would put every
+// delivery in its first buckets.
+var defaultBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// Attributes that the semantic conventions do not define.
+const (
+	attrOutcome        = attribute.Key("idem.outcome")
+	attrConsumer       = attribute.Key("idem.consumer")
+	attrAttempt        = attribute.Key("idem.attempt")
+	attrReason         = attribute.Key("idem.dead_letter.reason")
+	attrRetryDelay     = attribute.Key("idem.retry.delay")
+	attrInfrastructure = attribute.Key("idem.retry.infrastructure")
+	attrKey            = attribute.Key("idem.key")
+	attrInboxType      = attribute.Key("idem.inbox.type")
+	attrInboxSource    = attribute.Key("idem.inbox.source")
+	attrOrderingKey    = attribute.Key("idem.inbox.ordering_key")
+	attrScopeHash      = attribute.Key("idem.scope_hash")
+	attrStatusClass    = attribute.Key("idem.http.status_class")
+	attrGuard          = attribute.Key("idem.guard")
+	attrScope          = attribute.Key("idem.scope")
+	attrToken          = attribute.Key("idem.token")
+	attrTakeover       = attribute.Key("idem.takeover")
+)
+
+// Span names.
+const (
+	spanConsume = "idem.consume"
+	spanInbox   = "idem.inbox"
+	spanHTTP    = "idem.http"
+	spanGuard   = "idem.guard"
+)
+
+// Options configures [New]. A nil *Options means the defaults.
+type Options struct {
+	// MeterProvider creates the instruments. Nil means the global one
+	// (otel.GetMeterProvider), which forwards to a provider set later with
+	// otel.SetMeterProvider.
+	MeterProvider metric.MeterProvider
+	// TracerProvider creates the spans. Nil means the global one
+	// (otel.GetTracerProvider), which forwards likewise.
+	TracerProvider trace.TracerProvider
+	// Buckets are the duration histograms' boundaries, in seconds, strictly
+	// increasing. Default 5ms to 10s, as the semantic conventions recommend
+	// for request durations. A view registered with the SDK overrides them.
+	Buckets []float64
+	// MaxLabelValues bounds the distinct values each free-form metric
+	// attribute may take (consumer, inbox type, HTTP route, Guard name);
+	// later values
+	// are reported as [Other]. Default [DefaultMaxLabelValues]. Spans are
+	// not bounded: they carry the values as they are.
+	MaxLabelValues int
+	// HTTPRoute adds http.route and http.request.method to the HTTP
+	// metrics. The route is the path of the http.ServeMux pattern that
+	// matched (r.Pattern), never the request path. It is opt-in because it
+	// multiplies the series; spans always carry the route when there is one.
+	HTTPRoute bool
+	// Consumers are consumer names whose delivery counters are created at
+	// zero by New, so that a rate or increase() sees the first dead letter
+	// even when it is the consumer's first delivery since start. Consumers
+	// not listed get their zero points on their first delivery.
+	Consumers []string
+	// RecordKeys adds the idempotency key (idem.key) to the spans, the
+	// inbox ordering key (idem.inbox.ordering_key) and a Guard call's scope
+	// (idem.scope). Off by default: keys often carry customer data (an
+	// order number, an account), and scopes may hold a principal. Metrics
+	// never carry them.
+	RecordKeys bool
+	// RecordErrorMessages puts err.Error() in the span status and in the
+	// exception event. Off by default, when only the error's type is
+	// recorded: idem's own errors quote the scope and key (and an HTTP
+	// scope holds the principal), and handler errors often quote data.
+	RecordErrorMessages bool
+}
+
+// Telemetry holds the instruments and the tracer for idem's hooks. Create
+// it with [New]; it is safe for concurrent use.
+type Telemetry struct {
+	tracer   trace.Tracer
+	route    bool
+	keys     bool
+	messages bool
+
+	deliveries    metric.Int64Counter
+	handle        metric.Float64Histogram
+	deadLetters   metric.Int64Counter
+	infraRetries  metric.Int64Counter
+	inboxRuns     metric.Int64Counter
+	inboxDuration metric.Float64Histogram
+	httpRequests  metric.Int64Counter
+	httpDuration  metric.Float64Histogram
+	guardCalls    metric.Int64Counter
+	guardDuration metric.Float64Histogram
+
+	consumers, types, routes, guards *boundedSet
+}
+
+// New creates the instruments from the meter provider and the tracer from
+// the tracer provider. It fails on invalid options, or when the provider
+// refuses an instrument. Unlike Prometheus registries, meter providers
+// accept the same instruments twice, so several Telemetry values may share
+// one provider (their measurements add up).
+func New(opts *Options) (*Telemetry, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxLabelValues < 0 {
+		return nil, fmt.Errorf("idemotel: %w: MaxLabelValues must not be negative, got %d", idem.ErrInvalidConfig, o.MaxLabelValues)
+	}
+	if o.MaxLabelValues == 0 {
+		o.MaxLabelValues = DefaultMaxLabelValues
+	}
+	for i, b := range o.Buckets {
+		if math.IsNaN(b) || math.IsInf(b, 0) || (i > 0 && b <= o.Buckets[i-1]) {
+			return nil, fmt.Errorf("idemotel: %w: Buckets must be finite and strictly increasing, got %v", idem.ErrInvalidConfig, o.Buckets)
+		}
+	}
+	if len(o.Buckets) == 0 {
+		o.Buckets = defaultBuckets
+	}
+	o.Buckets = slices.Clone(o.Buckets) // WithExplicitBucketBoundaries keeps the slice it is given
+	mp, tp := o.MeterProvider, o.TracerProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(o.Buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	t := &Telemetry{
+		tracer:   tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		route:    o.HTTPRoute,
+		keys:     o.RecordKeys,
+		messages: o.RecordErrorMessages,
+		deliveries: counter("idem.consumer.deliveries", "{delivery}",
+			"Deliveries handled by a consume.Engine, by outcome."),
+		handle: histogram("idem.consumer.handle.duration",
+			"Time a consume.Engine spent on one delivery, by outcome."),
+		deadLetters: counter("idem.consumer.dead_letters", "{delivery}",
+			"Deliveries moved to the dead letters, by reason. Normally zero."),
+		infraRetries: counter("idem.consumer.infrastructure_retries", "{delivery}",
+			"Retries caused by infrastructure failures, which do not count toward MaxAttempts."),
+		inboxRuns: counter("idem.inbox.runs", "{run}",
+			"Inbox rows run by an inbox.Worker, by event type and outcome."),
+		inboxDuration: histogram("idem.inbox.run.duration",
+			"Time an inbox.Worker spent on one row, by event type and outcome."),
+		httpRequests: counter("idem.http.requests", "{request}",
+			"Requests handled by the idemhttp middleware, by outcome and status class."),
+		httpDuration: histogram("idem.http.request.duration",
+			"Latency of requests handled by the idemhttp middleware, by outcome."),
+		guardCalls: counter("idem.guard.calls", "{call}",
+			"Calls of idem.Guard.Do, by guard name and outcome."),
+		guardDuration: histogram("idem.guard.call.duration",
+			"Time an idem.Guard.Do call took, by guard name and outcome."),
+		consumers: newBoundedSet(o.MaxLabelValues),
+		types:     newBoundedSet(o.MaxLabelValues),
+		routes:    newBoundedSet(o.MaxLabelValues),
+		guards:    newBoundedSet(o.MaxLabelValues),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("idemotel: creating instruments: %w", err)
+	}
+	for _, name := range o.Consumers {
+		t.consumerLabel(name)
+	}
+	return t, nil
+}
+
+// consumeOutcomes are the idem.outcome values of the consumer metrics.
+var consumeOutcomes = []consume.Outcome{
+	consume.OutcomeProcessed, consume.OutcomeDuplicate, consume.OutcomeRetried,
+	consume.OutcomeDeadLettered, consume.OutcomeRequeued, consume.OutcomeAbandoned,
+}
+
+var deadLetterReasons = map[string]bool{
+	consume.ReasonMaxAttempts: true, consume.ReasonPermanent: true, consume.ReasonIDConflict: true,
+	consume.ReasonMissingID: true, consume.ReasonInvalidID: true,
+}
+
+// consumerLabel returns the bounded attribute value for a consumer name
+// and, the first time it is seen, records zero for its delivery counters:
+// a rate cannot see a counter's first increment if the series only appears
+// with it.
+func (t *Telemetry) consumerLabel(name string) string {
+	label, first := t.consumers.label(name)
+	if first {
+		ctx := context.Background()
+		c := attrConsumer.String(label)
+		for _, o := range consumeOutcomes {
+			t.deliveries.Add(ctx, 0, metric.WithAttributes(c, attrOutcome.String(o.String())))
+		}
+		t.deadLetters.Add(ctx, 0, metric.WithAttributes(c, attrReason.String(consume.ReasonMaxAttempts)))
+		t.infraRetries.Add(ctx, 0, metric.WithAttributes(c))
+	}
+	return label
+}
+
+func consumeOutcome(o consume.Outcome) string {
+	if slices.Contains(consumeOutcomes, o) {
+		return o.String()
+	}
+	return Other
+}
+
+// consumeFailed reports whether a delivery's span is an error: the message
+// is not done (retried, dead-lettered, or requeued because the commit
+// outcome is unknown), or settling it failed. A duplicate is not an error,
+// and neither is a delivery abandoned because the consumer shut down.
+func consumeFailed(ev consume.Event) bool {
+	switch ev.Outcome {
+	case consume.OutcomeRetried, consume.OutcomeDeadLettered, consume.OutcomeRequeued:
+		return true
+	case consume.OutcomeAbandoned:
+		return false
+	}
+	return ev.Err != nil
+}
+
+// ConsumeHooks returns hooks for consume.Config.Hooks. Each delivery makes
+// one span, a child of the span in the hook's context (the broker
+// adapter's), and its measurements. The message id is a span attribute,
+// never a metric attribute; the dedupe key is neither unless
+// [Options.RecordKeys].
+func (t *Telemetry) ConsumeHooks() consume.Hooks {
+	return consume.HooksFunc(t.onDelivery)
+}
+
+func (t *Telemetry) onDelivery(ctx context.Context, ev consume.Event) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	end := time.Now()
+	outcome := consumeOutcome(ev.Outcome)
+	attrs := []attribute.KeyValue{
+		semconv.MessagingOperationTypeProcess,
+		attrConsumer.String(traceString(ev.Consumer)),
+		attrOutcome.String(outcome),
+	}
+	if ev.Attempt > 0 {
+		attrs = append(attrs, attrAttempt.Int(ev.Attempt))
+	}
+	if ev.ID != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(traceString(ev.ID)))
+	}
+	if t.keys && ev.Key != "" {
+		attrs = append(attrs, attrKey.String(traceString(ev.Key)))
+	}
+	desc := outcome
+	switch ev.Outcome {
+	case consume.OutcomeDeadLettered:
+		if ev.Reason != "" {
+			attrs = append(attrs, attrReason.String(traceString(ev.Reason)))
+			desc += ": " + traceString(ev.Reason)
+		}
+	case consume.OutcomeRetried:
+		attrs = append(attrs, attrRetryDelay.Float64(ev.Delay.Seconds()), attrInfrastructure.Bool(ev.Infrastructure))
+	}
+	sctx := t.span(ctx, spanConsume, trace.SpanKindConsumer, end, ev.Duration, attrs,
+		consumeFailed(ev), ev.Err, desc, 0)
+
+	consumer := t.consumerLabel(ev.Consumer)
+	c := attrConsumer.String(consumer)
+	set := metric.WithAttributes(c, attrOutcome.String(outcome))
+	t.deliveries.Add(sctx, 1, set)
+	t.handle.Record(sctx, ev.Duration.Seconds(), set)
+	switch ev.Outcome {
+	case consume.OutcomeDeadLettered:
+		reason := Other
+		if deadLetterReasons[ev.Reason] {
+			reason = ev.Reason
+		}
+		t.deadLetters.Add(sctx, 1, metric.WithAttributes(c, attrReason.String(reason)))
+	case consume.OutcomeRetried:
+		if ev.Infrastructure {
+			t.infraRetries.Add(sctx, 1, metric.WithAttributes(c))
+		}
+	}
+}
+
+var inboxOutcomes = map[inbox.Outcome]bool{
+	inbox.Processed: true, inbox.Retried: true, inbox.Dead: true, inbox.LeaseLost: true, inbox.Released: true,
+}
+
+// inboxFailed reports whether a run's span is an error: the row is not
+// processed (retried, dead) or this worker lost it (lease lost, nothing
+// committed). A row released on stop did not run and is not an error.
+func inboxFailed(ev inbox.Event) bool {
+	switch ev.Outcome {
+	case inbox.Retried, inbox.Dead, inbox.LeaseLost:
+		return true
+	}
+	return ev.Err != nil
+}
+
+// InboxHook returns a function for inbox.Config.OnEvent. Each run makes a
+// root span: inbox events carry no context. The event type is a metric
+// attribute, bounded by [Options.MaxLabelValues]; the source, message id
+// and ordering key never are. Runs that did not execute a handler
+// (released rows, leases lost before the run) are counted but not timed.
+func (t *Telemetry) InboxHook() func(inbox.Event) {
+	return t.onInbox
+}
+
+func (t *Telemetry) onInbox(ev inbox.Event) {
+	end := time.Now()
+	outcome := Other
+	if inboxOutcomes[ev.Outcome] {
+		outcome = ev.Outcome.String()
+	}
+	m := ev.Message
+	attrs := []attribute.KeyValue{
+		semconv.MessagingOperationTypeProcess,
+		attrInboxType.String(traceString(m.Type)),
+		attrOutcome.String(outcome),
+	}
+	if m.Source != "" {
+		attrs = append(attrs, attrInboxSource.String(traceString(m.Source)))
+	}
+	if m.ID != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(traceString(m.ID)))
+	}
+	if m.Attempt > 0 {
+		attrs = append(attrs, attrAttempt.Int(m.Attempt))
+	}
+	if t.keys && m.OrderingKey != "" {
+		attrs = append(attrs, attrOrderingKey.String(traceString(m.OrderingKey)))
+	}
+	sctx := t.span(context.Background(), spanInbox, trace.SpanKindConsumer, end, ev.Duration, attrs,
+		inboxFailed(ev), ev.Err, outcome, 0)
+
+	typ, _ := t.types.label(m.Type)
+	set := metric.WithAttributes(attrInboxType.String(typ), attrOutcome.String(outcome))
+	t.inboxRuns.Add(sctx, 1, set)
+	if ev.Duration > 0 {
+		t.inboxDuration.Record(sctx, ev.Duration.Seconds(), set)
+	}
+}
+
+var httpOutcomes = map[idemhttp.Outcome]bool{
+	idemhttp.OutcomeExecuted: true, idemhttp.OutcomeReleased: true, idemhttp.OutcomeReplayed: true,
+	idemhttp.OutcomeInFlight: true, idemhttp.OutcomeMismatch: true, idemhttp.OutcomeDiscarded: true,
+	idemhttp.OutcomeRejected: true, idemhttp.OutcomeError: true, idemhttp.OutcomePanic: true,
+	idemhttp.OutcomeTombstone: true, idemhttp.OutcomeCanceled: true,
+}
+
+var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return Other
+	}
+	return statusClasses[status/100-1]
+}
+
+// httpFailed reports whether a request's span is an error: a store
+// failure, a lost lease or a panic, or a 5xx response, as for a server
+// span. Client errors (a reused key, a request in flight, a missing key)
+// and a client that went away are not errors of the service.
+func httpFailed(ev idemhttp.Event) bool {
+	switch ev.Outcome {
+	case idemhttp.OutcomeError, idemhttp.OutcomePanic:
+		return true
+	}
+	return ev.Status >= 500 && ev.Status <= 599
+}
+
+var httpMethods = map[string]attribute.KeyValue{
+	http.MethodConnect: semconv.HTTPRequestMethodConnect, http.MethodDelete: semconv.HTTPRequestMethodDelete,
+	http.MethodGet: semconv.HTTPRequestMethodGet, http.MethodHead: semconv.HTTPRequestMethodHead,
+	http.MethodOptions: semconv.HTTPRequestMethodOptions, http.MethodPatch: semconv.HTTPRequestMethodPatch,
+	http.MethodPost: semconv.HTTPRequestMethodPost, http.MethodPut: semconv.HTTPRequestMethodPut,
+	http.MethodTrace: semconv.HTTPRequestMethodTrace,
+}
+
+func httpMethod(r *http.Request) attribute.KeyValue {
+	if r != nil {
+		if kv, ok := httpMethods[r.Method]; ok {
+			return kv
+		}
+	}
+	return semconv.HTTPRequestMethodOther
+}
+
+// routeOf returns the path of a ServeMux pattern ("[METHOD ][HOST]/PATH"),
+// which is what http.route means: the method has its own attribute, and
+// the host is not part of a route.
+func routeOf(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		pattern = strings.TrimLeft(pattern[i:], " \t")
+	}
+	if i := strings.IndexByte(pattern, '/'); i > 0 {
+		pattern = pattern[i:]
+	}
+	return pattern
+}
+
+// HTTPHook returns a function for idemhttp.Config.OnRequest. Each request
+// makes a span, a child of the span in r.Context() (otelhttp's server
+// span). The idempotency key is a span attribute only with
+// [Options.RecordKeys]; the scope hash is a span attribute; neither, nor
+// the principal or the URL path, is ever a metric attribute. The route is
+// a metric attribute only with [Options.HTTPRoute].
+func (t *Telemetry) HTTPHook() func(*http.Request, idemhttp.Event) {
+	return t.onHTTP
+}
+
+func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
+	end := time.Now()
+	ctx := context.Background()
+	route := ""
+	if r != nil {
+		ctx = r.Context()
+		if r.Pattern != "" {
+			route = routeOf(r.Pattern)
+		}
+	}
+	outcome := Other
+	if httpOutcomes[ev.Outcome] {
+		outcome = string(ev.Outcome)
+	}
+	attrs := []attribute.KeyValue{attrOutcome.String(outcome)}
+	if ev.Status != 0 {
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(ev.Status))
+	}
+	if route != "" {
+		attrs = append(attrs, semconv.HTTPRoute(traceString(route)))
+	}
+	if ev.ScopeHash != "" {
+		attrs = append(attrs, attrScopeHash.String(traceString(ev.ScopeHash)))
+	}
+	if t.keys && ev.Key != "" {
+		attrs = append(attrs, attrKey.String(traceString(ev.Key)))
+	}
+	desc := outcome
+	if ev.Status != 0 {
+		desc += ": " + strconv.Itoa(ev.Status)
+	}
+	sctx := t.span(ctx, spanHTTP, trace.SpanKindInternal, end, ev.Latency, attrs,
+		httpFailed(ev), ev.Err, desc, ev.Status)
+
+	requests := []attribute.KeyValue{attrOutcome.String(outcome), attrStatusClass.String(statusClass(ev.Status))}
+	duration := []attribute.KeyValue{attrOutcome.String(outcome)}
+	if t.route {
+		// No route: the middleware is not inside a ServeMux, and the
+		// attribute is left out as the semantic conventions ask.
+		if route != "" {
+			label, _ := t.routes.label(route)
+			requests = append(requests, semconv.HTTPRoute(label))
+			duration = append(duration, semconv.HTTPRoute(label))
+		}
+		m := httpMethod(r)
+		requests = append(requests, m)
+		duration = append(duration, m)
+	}
+	t.httpRequests.Add(sctx, 1, metric.WithAttributes(requests...))
+	t.httpDuration.Record(sctx, ev.Latency.Seconds(), metric.WithAttributes(duration...))
+}
+
+var guardOutcomes = map[idem.DoOutcome]bool{
+	idem.DoExecuted: true, idem.DoReplayed: true, idem.DoFailed: true, idem.DoInProgress: true,
+	idem.DoMismatch: true, idem.DoLeaseLost: true, idem.DoPanic: true, idem.DoRejected: true,
+	idem.DoError: true,
+}
+
+// guardFailed reports whether a Do call's span is an error: fn failed or
+// panicked, the lease was lost, or the store failed. A replay is not an
+// error, even of a stored Final error, and neither is an execution whose
+// Final error was stored: the error is the call's result. A key in
+// progress, reused with another fingerprint or invalid is the caller's
+// business, as a 4xx is for HTTP; Do's error says so to the caller.
+func guardFailed(ev idem.DoEvent) bool {
+	switch ev.Outcome {
+	case idem.DoFailed, idem.DoLeaseLost, idem.DoPanic, idem.DoError:
+		return true
+	case idem.DoExecuted, idem.DoReplayed, idem.DoInProgress, idem.DoMismatch, idem.DoRejected:
+		return false
+	}
+	return ev.Err != nil
+}
+
+// scopeHash is idemhttp's short hash of a scope, so that a Guard's spans
+// and idemhttp's can be matched.
+func scopeHash(scope string) string {
+	h := sha256.Sum256([]byte(scope))
+	return hex.EncodeToString(h[:8])
+}
+
+// GuardHook returns a function for idem.GuardConfig.OnDo that reports the
+// calls under idem.guard=name (a metric attribute bounded by
+// [Options.MaxLabelValues]); give each Guard its own name
+// ("payments-gateway"). Each call makes a span, a child of the span in
+// Do's context. The span carries the scope's hash (idem.scope_hash, as
+// idemhttp computes it); the scope and key only with [Options.RecordKeys].
+// Neither is ever a metric attribute.
+func (t *Telemetry) GuardHook(name string) func(context.Context, idem.DoEvent) {
+	label, _ := t.guards.label(name)
+	guard := attrGuard.String(traceString(name))
+	return func(ctx context.Context, ev idem.DoEvent) {
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		end := time.Now()
+		outcome := Other
+		if guardOutcomes[ev.Outcome] {
+			outcome = string(ev.Outcome)
+		}
+		attrs := []attribute.KeyValue{guard, attrOutcome.String(outcome)}
+		if ev.Scope != "" {
+			attrs = append(attrs, attrScopeHash.String(scopeHash(ev.Scope)))
+		}
+		if ev.Token != 0 {
+			attrs = append(attrs, attrToken.Int64(ev.Token))
+		}
+		if ev.Takeover {
+			attrs = append(attrs, attrTakeover.Bool(true))
+		}
+		if t.keys {
+			attrs = append(attrs, attrScope.String(traceString(ev.Scope)))
+			if ev.Key != "" {
+				attrs = append(attrs, attrKey.String(traceString(ev.Key)))
+			}
+		}
+		sctx := t.span(ctx, spanGuard, trace.SpanKindInternal, end, ev.Duration, attrs,
+			guardFailed(ev), ev.Err, outcome, 0)
+
+		set := metric.WithAttributes(attrGuard.String(label), attrOutcome.String(outcome))
+		t.guardCalls.Add(sctx, 1, set)
+		t.guardDuration.Record(sctx, ev.Duration.Seconds(), set)
+	}
+}
+
+// span records a span that ended at end and lasted d, as a child of the
+// span in parent (if any), and returns a context holding it so that the
+// measurements that follow can carry it as an exemplar.
+//
+// When failed, the status is Error and an exception event records err;
+// error.type is err's type (semconv.ErrorType: an ErrorType() string
+// method in the chain, or the Go type), else the HTTP status code of a
+// 5xx, else "_OTHER". The error message, which may quote keys and scopes,
+// is recorded only with RecordErrorMessages; otherwise the status
+// description is desc (the outcome).
+func (t *Telemetry) span(parent context.Context, name string, kind trace.SpanKind, end time.Time, d time.Duration,
+	attrs []attribute.KeyValue, failed bool, err error, desc string, status int) context.Context {
+	if d < 0 {
+		d = 0
+	}
+	if failed {
+		switch {
+		case err != nil:
+			attrs = append(attrs, semconv.ErrorType(err))
+		case status >= 500 && status <= 599:
+			attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+		default:
+			attrs = append(attrs, semconv.ErrorTypeOther)
+		}
+	}
+	ctx, span := t.tracer.Start(parent, name, trace.WithSpanKind(kind), trace.WithTimestamp(end.Add(-d)),
+		trace.WithAttributes(attrs...))
+	if err != nil {
+		ev := []attribute.KeyValue{semconv.ExceptionTypeKey.String(semconv.ErrorType(err).Value.AsString())}
+		if t.messages {
+			ev = append(ev, semconv.ExceptionMessageKey.String(traceString(err.Error())))
+		}
+		span.AddEvent(semconv.ExceptionEventName, trace.WithTimestamp(end), trace.WithAttributes(ev...))
+	}
+	if failed {
+		if t.messages && err != nil {
+			desc = traceString(err.Error())
+		}
+		span.SetStatus(codes.Error, desc)
+	}
+	span.End(trace.WithTimestamp(end))
+	return ctx
+}
+
+// maxTraceString bounds free-form span attribute values: idem's keys and
+// ids are at most 255 bytes, but a delivery dead-lettered for an invalid
+// id reports the id as it came.
+const maxTraceString = 1024
+
+// traceString makes s safe for an exporter: valid UTF-8 (protobuf refuses
+// anything else, failing the whole batch) and bounded.
+func traceString(s string) string {
+	if len(s) > maxTraceString {
+		cut := maxTraceString
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return s
+}
+
+// boundedSet admits at most max distinct attribute values; later ones
+// become [Other], so a misbehaving producer cannot create unbounded series.
+type boundedSet struct {
+	max  int
+	mu   sync.RWMutex
+	seen map[string]struct{}
+}
+
+func newBoundedSet(max int) *boundedSet {
+	return &boundedSet{max: max, seen: make(map[string]struct{})}
+}
+
+// label returns the value to use for v, and whether v was admitted just now.
+func (s *boundedSet) label(v string) (string, bool) {
+	// Exporters refuse invalid UTF-8, and "" reads as a missing value.
+	if v == "" || !utf8.ValidString(v) {
+		return Other, false
+	}
+	s.mu.RLock()
+	_, ok := s.seen[v]
+	s.mu.RUnlock()
+	if ok {
+		return v, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[v]; ok {
+		return v, false
+	}
+	if len(s.seen) >= s.max {
+		return Other, false
+	}
+	s.seen[v] = struct{}{}
+	return v, true
+}

@@ -1,0 +1,1392 @@
+package idemotel
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/idemtest"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/retry"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// rig is a Telemetry over a real SDK: a manual metric reader and a span
+// recorder.
+type rig struct {
+	tel    *Telemetry
+	reader *sdkmetric.ManualReader
+	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+}
+
+func newRig(t *testing.T, opts *Options) *rig {
+	t.Helper()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	r := &rig{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
+	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
+	o.TracerProvider = r.tp
+	tel, err := New(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tel = tel
+	return r
+}
+
+func (r *rig) collect(t *testing.T) metricdata.ResourceMetrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	return rm
+}
+
+func seriesKey(name string, set attribute.Set) string {
+	var kv []string
+	for _, a := range set.ToSlice() {
+		kv = append(kv, string(a.Key)+"="+a.Value.String())
+	}
+	return name + "{" + strings.Join(kv, ",") + "}"
+}
+
+// points returns, per "name{k=v,...}" (keys sorted), a counter's value or
+// a histogram's count.
+func (r *rig) points(t *testing.T) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, sm := range r.collect(t).ScopeMetrics {
+		if sm.Scope.Name != ScopeName {
+			t.Errorf("instrumentation scope %q", sm.Scope.Name)
+		}
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				if !d.IsMonotonic {
+					t.Errorf("%s is not monotonic", m.Name)
+				}
+				for _, dp := range d.DataPoints {
+					out[seriesKey(m.Name, dp.Attributes)] = float64(dp.Value)
+				}
+			case metricdata.Histogram[float64]:
+				if m.Unit != "s" {
+					t.Errorf("%s has unit %q", m.Name, m.Unit)
+				}
+				for _, dp := range d.DataPoints {
+					out[seriesKey(m.Name, dp.Attributes)] = float64(dp.Count)
+				}
+			default:
+				t.Fatalf("unexpected data %T for %s", m.Data, m.Name)
+			}
+		}
+	}
+	return out
+}
+
+// histogram returns one histogram point by its series key.
+func (r *rig) histogram(t *testing.T, key string) metricdata.HistogramDataPoint[float64] {
+	t.Helper()
+	for _, sm := range r.collect(t).ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Histogram[float64]); ok {
+				for _, dp := range d.DataPoints {
+					if seriesKey(m.Name, dp.Attributes) == key {
+						return dp
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no histogram point %s", key)
+	return metricdata.HistogramDataPoint[float64]{}
+}
+
+func wantPoints(t *testing.T, got map[string]float64, want map[string]float64) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+}
+
+// forbidden are metric attributes that would leak per-request data.
+var forbidden = map[attribute.Key]bool{
+	attrKey: true, attrScopeHash: true, attrInboxSource: true, attrOrderingKey: true,
+	"messaging.message.id": true, "url.path": true, "url.full": true, "enduser.id": true,
+}
+
+// noLeaks fails if a metric attribute is per-request data or any value
+// contains one of the secrets.
+func (r *rig) noLeaks(t *testing.T, secrets ...string) {
+	t.Helper()
+	got := r.points(t)
+	if len(got) == 0 {
+		t.Fatal("nothing collected")
+	}
+	for k := range got {
+		for f := range forbidden {
+			if strings.Contains(k, string(f)+"=") {
+				t.Errorf("%s has attribute %s", k, f)
+			}
+		}
+		for _, s := range secrets {
+			if strings.Contains(k, s) {
+				t.Errorf("%s leaks %q", k, s)
+			}
+		}
+	}
+}
+
+func (r *rig) ended(name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range r.spans.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func attrsOf(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, a := range s.Attributes() {
+		m[a.Key] = a.Value
+	}
+	return m
+}
+
+func str(s sdktrace.ReadOnlySpan, k attribute.Key) string {
+	return attrsOf(s)[k].AsString()
+}
+
+// exception returns the attributes of the span's exception event, or nil.
+func exception(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
+	for _, e := range s.Events() {
+		if e.Name == "exception" {
+			m := map[attribute.Key]string{}
+			for _, a := range e.Attributes {
+				m[a.Key] = a.Value.AsString()
+			}
+			return m
+		}
+	}
+	return nil
+}
+
+// spanLeaks fails if any span attribute, status or event carries a secret.
+func spanLeaks(t *testing.T, spans []sdktrace.ReadOnlySpan, secrets ...string) {
+	t.Helper()
+	for _, s := range spans {
+		texts := []string{s.Status().Description}
+		for _, a := range s.Attributes() {
+			texts = append(texts, a.Value.String())
+		}
+		for _, e := range s.Events() {
+			for _, a := range e.Attributes {
+				texts = append(texts, a.Value.String())
+			}
+		}
+		for _, text := range texts {
+			for _, secret := range secrets {
+				if strings.Contains(text, secret) {
+					t.Errorf("span %s leaks %q in %q", s.Name(), secret, text)
+				}
+			}
+		}
+	}
+}
+
+// wantTiming checks that a span ended within [before, after] and lasted d.
+func wantTiming(t *testing.T, s sdktrace.ReadOnlySpan, d time.Duration, before, after time.Time) {
+	t.Helper()
+	if got := s.EndTime().Sub(s.StartTime()); got != d {
+		t.Errorf("span lasted %v, want the reported %v", got, d)
+	}
+	if s.EndTime().Before(before) || s.EndTime().After(after) {
+		t.Errorf("span ended at %v, outside the hook call [%v, %v]", s.EndTime(), before, after)
+	}
+}
+
+func TestNewRejectsNegativeMaxLabelValues(t *testing.T) {
+	t.Parallel()
+	if _, err := New(&Options{MaxLabelValues: -1}); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestNewRejectsBadBuckets(t *testing.T) {
+	t.Parallel()
+	for _, b := range [][]float64{{1, 1}, {2, 1}, {0.1, math.NaN()}, {0.1, math.Inf(1)}} {
+		if _, err := New(&Options{Buckets: b}); !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("buckets %v: got %v", b, err)
+		}
+	}
+}
+
+func TestBuckets(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		opts *Options
+		want []float64
+	}{
+		"default": {nil, defaultBuckets},
+		"custom":  {&Options{Buckets: []float64{0.001, 0.1, 60}}, []float64{0.001, 0.1, 60}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, c.opts)
+			r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: "t"}, Outcome: inbox.Processed, Duration: 30 * time.Millisecond})
+			dp := r.histogram(t, "idem.inbox.run.duration{idem.inbox.type=t,idem.outcome=processed}")
+			if !slices.Equal(dp.Bounds, c.want) {
+				t.Fatalf("bounds %v, want %v", dp.Bounds, c.want)
+			}
+			if dp.Sum != 0.03 {
+				t.Fatalf("sum %v, want 0.03 (seconds)", dp.Sum)
+			}
+		})
+	}
+}
+
+// refusingMeter fails to create counters, as a misconfigured provider may.
+type refusingMeter struct{ noop.Meter }
+
+func (refusingMeter) Int64Counter(string, ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	return noop.Int64Counter{}, errors.New("counter refused")
+}
+
+type refusingProvider struct{ noop.MeterProvider }
+
+func (refusingProvider) Meter(string, ...metric.MeterOption) metric.Meter { return refusingMeter{} }
+
+func TestNewReportsInstrumentErrors(t *testing.T) {
+	t.Parallel()
+	_, err := New(&Options{MeterProvider: refusingProvider{}})
+	if err == nil || !strings.HasPrefix(err.Error(), "idemotel: creating instruments: ") || !strings.Contains(err.Error(), "counter refused") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestNilOptionsUseGlobals is not parallel: it sets the otel globals. No
+// other test reads them.
+func TestNilOptionsUseGlobals(t *testing.T) {
+	// The globals are set first: otel's forwarding from a New that ran
+	// before happens only for the first provider set, so it would not
+	// survive -count=2.
+	reader, spans := sdkmetric.NewManualReader(), tracetest.NewSpanRecorder()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
+	tel, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeProcessed})
+	r := &rig{tel: tel, reader: reader, spans: spans}
+	wantPoints(t, r.points(t), map[string]float64{
+		"idem.consumer.deliveries{idem.consumer=c,idem.outcome=processed}": 1,
+	})
+	if n := len(r.ended("idem.consume")); n != 1 {
+		t.Fatalf("%d spans through the global tracer provider", n)
+	}
+}
+
+// fakeDelivery is a broker delivery that records how the engine settled it.
+type fakeDelivery struct {
+	id      string
+	body    []byte
+	state   consume.State
+	mu      sync.Mutex
+	settled string
+	next    consume.State
+	ackErr  error
+}
+
+func (f *fakeDelivery) ID() string           { return f.id }
+func (f *fakeDelivery) Body() []byte         { return f.body }
+func (f *fakeDelivery) Origin() string       { return "orders" }
+func (f *fakeDelivery) State() consume.State { return f.state }
+func (f *fakeDelivery) settle(op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settled = op
+	return nil
+}
+func (f *fakeDelivery) Ack(context.Context) error {
+	if f.ackErr != nil {
+		return f.ackErr
+	}
+	return f.settle("ack")
+}
+func (f *fakeDelivery) Requeue(context.Context) error { return f.settle("requeue") }
+func (f *fakeDelivery) Retry(_ context.Context, _ time.Duration, st consume.State) error {
+	f.next = st
+	return f.settle("retry")
+}
+func (f *fakeDelivery) DeadLetter(context.Context, consume.DeadLetter) error {
+	return f.settle("dead-letter")
+}
+
+// eventLog is a consume hook that keeps the events, to compare the spans
+// with what the engine reported.
+type eventLog struct {
+	mu     sync.Mutex
+	events []consume.Event
+}
+
+func (l *eventLog) OnDelivery(_ context.Context, ev consume.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, ev)
+}
+
+func newEngine(t *testing.T, hooks consume.Hooks, name string, handler func(context.Context, idem.Run, consume.Delivery) error) *consume.Engine {
+	t.Helper()
+	g := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{Logger: quiet})
+	e, err := consume.New(consume.GuardProcess(g, handler), &consume.Config{
+		Name:   name,
+		Retry:  &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 3, Jitter: retry.NoJitter},
+		Hooks:  hooks,
+		Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func handle(t *testing.T, ctx context.Context, e *consume.Engine, d *fakeDelivery, want consume.Outcome) {
+	t.Helper()
+	out, err := e.Handle(ctx, d)
+	if err != nil || out != want {
+		t.Fatalf("delivery %q: %v, %v; want %v", d.id, out, err, want)
+	}
+}
+
+func TestConsumeHooksWithRealEngine(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	log := &eventLog{}
+	hooks := MultiConsumeHooks(r.tel.ConsumeHooks(), log)
+	ok := newEngine(t, hooks, "payments", func(context.Context, idem.Run, consume.Delivery) error { return nil })
+	boom := newEngine(t, hooks, "refunds", func(context.Context, idem.Run, consume.Delivery) error {
+		return errors.New("gateway timeout for customer-secret")
+	})
+
+	// The broker adapter's span, which the delivery spans must sit under.
+	ctx, broker := r.tp.Tracer("broker").Start(context.Background(), "broker process")
+	before := time.Now()
+	handle(t, ctx, ok, &fakeDelivery{id: "pay-secret-1", body: []byte("a")}, consume.OutcomeProcessed)
+	handle(t, ctx, ok, &fakeDelivery{id: "pay-secret-1", body: []byte("a")}, consume.OutcomeDuplicate)
+	handle(t, ctx, ok, &fakeDelivery{id: "pay-secret-2", body: []byte("b")}, consume.OutcomeProcessed)
+	handle(t, ctx, ok, &fakeDelivery{body: []byte("no id")}, consume.OutcomeDeadLettered)
+	st := consume.State{}
+	for _, want := range []consume.Outcome{consume.OutcomeRetried, consume.OutcomeRetried, consume.OutcomeDeadLettered} {
+		d := &fakeDelivery{id: "refund-secret", body: []byte("r"), state: st}
+		handle(t, ctx, boom, d, want)
+		st = d.next
+	}
+	after := time.Now()
+	broker.End()
+
+	c := func(consumer, outcome string) string {
+		return "idem.consumer.deliveries{idem.consumer=" + consumer + ",idem.outcome=" + outcome + "}"
+	}
+	got := r.points(t)
+	wantPoints(t, got, map[string]float64{
+		c("payments", "processed"): 2, c("payments", "duplicate"): 1, c("payments", "dead_lettered"): 1,
+		c("payments", "retried"): 0, c("payments", "requeued"): 0, c("payments", "abandoned"): 0,
+		c("refunds", "retried"): 2, c("refunds", "dead_lettered"): 1, c("refunds", "processed"): 0,
+		"idem.consumer.handle.duration{idem.consumer=payments,idem.outcome=processed}":           2,
+		"idem.consumer.handle.duration{idem.consumer=refunds,idem.outcome=retried}":              2,
+		"idem.consumer.dead_letters{idem.consumer=payments,idem.dead_letter.reason=missing_id}":  1,
+		"idem.consumer.dead_letters{idem.consumer=refunds,idem.dead_letter.reason=max_attempts}": 1,
+		"idem.consumer.infrastructure_retries{idem.consumer=refunds}":                            0,
+	})
+	if _, ok := got["idem.consumer.handle.duration{idem.consumer=payments,idem.outcome=retried}"]; ok {
+		t.Error("a histogram point for an outcome that never happened")
+	}
+	r.noLeaks(t, "secret")
+
+	spans := r.ended("idem.consume")
+	if len(spans) != len(log.events) || len(spans) != 7 {
+		t.Fatalf("%d spans for %d events", len(spans), len(log.events))
+	}
+	wantStatus := map[string]codes.Code{
+		"processed": codes.Unset, "duplicate": codes.Unset, "retried": codes.Error, "dead_lettered": codes.Error,
+	}
+	for i, s := range spans {
+		ev := log.events[i]
+		a := attrsOf(s)
+		if s.SpanKind() != trace.SpanKindConsumer {
+			t.Errorf("span %d kind %v", i, s.SpanKind())
+		}
+		if s.Parent().SpanID() != broker.SpanContext().SpanID() || s.SpanContext().TraceID() != broker.SpanContext().TraceID() {
+			t.Errorf("span %d is not a child of the broker span", i)
+		}
+		if a[attrOutcome].AsString() != ev.Outcome.String() || a[attrConsumer].AsString() != ev.Consumer ||
+			a[attrAttempt].AsInt64() != int64(ev.Attempt) || a["messaging.operation.type"].AsString() != "process" {
+			t.Errorf("span %d attributes %v for event %+v", i, a, ev)
+		}
+		if id, ok := a["messaging.message.id"]; (ev.ID != "") != ok || id.AsString() != ev.ID {
+			t.Errorf("span %d message id %v, want %q", i, id, ev.ID)
+		}
+		if _, ok := a[attrKey]; ok {
+			t.Errorf("span %d records the key without RecordKeys", i)
+		}
+		if want := wantStatus[ev.Outcome.String()]; s.Status().Code != want {
+			t.Errorf("span %d (%v) status %v, want %v", i, ev.Outcome, s.Status(), want)
+		}
+		wantTiming(t, s, ev.Duration, before, after)
+	}
+	// The delivery without an id: dead-lettered before any handler ran, so
+	// no error, only the reason.
+	if s := spans[3]; str(s, attrReason) != consume.ReasonMissingID || s.Status().Description != "dead_lettered: missing_id" ||
+		str(s, "error.type") != "_OTHER" {
+		t.Errorf("missing id span: %v %v", attrsOf(s), s.Status())
+	}
+	// A retry: delay and an exception event with the error's type only.
+	if s := spans[4]; attrsOf(s)[attrRetryDelay].AsFloat64() != log.events[4].Delay.Seconds() ||
+		attrsOf(s)[attrInfrastructure].AsBool() || str(s, "error.type") != "*errors.errorString" ||
+		s.Status().Description != "retried" || exception(s)["exception.type"] != "*errors.errorString" {
+		t.Errorf("retried span: %v %v %v", attrsOf(s), s.Status(), s.Events())
+	}
+	spanLeaks(t, spans, "customer-secret")
+
+	// Duration histograms are in seconds and add up to the reported times.
+	var sum float64
+	for _, ev := range log.events[:3] {
+		if ev.Outcome == consume.OutcomeProcessed {
+			sum += ev.Duration.Seconds()
+		}
+	}
+	if dp := r.histogram(t, "idem.consumer.handle.duration{idem.consumer=payments,idem.outcome=processed}"); math.Abs(dp.Sum-sum) > 1e-9 {
+		t.Errorf("histogram sum %v, want %v", dp.Sum, sum)
+	}
+}
+
+func TestMeasurementsCarryTheSpanAsExemplar(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	// The SDK's default filter, set explicitly so that
+	// OTEL_METRICS_EXEMPLAR_FILTER in the environment cannot change it.
+	r.reader = sdkmetric.NewManualReader()
+	tel, err := New(&Options{
+		MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader), sdkmetric.WithExemplarFilter(exemplar.TraceBasedFilter)),
+		TracerProvider: r.tp,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeProcessed, Duration: time.Millisecond})
+	span := r.ended("idem.consume")[0].SpanContext()
+	found := false
+	for _, sm := range r.collect(t).ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "idem.consumer.deliveries" {
+				for _, dp := range d.DataPoints {
+					for _, ex := range dp.Exemplars {
+						found = true
+						if trace.SpanID(ex.SpanID) != span.SpanID() || trace.TraceID(ex.TraceID) != span.TraceID() {
+							t.Errorf("exemplar %x/%x, want the delivery span %v", ex.TraceID, ex.SpanID, span)
+						}
+					}
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no exemplar on the delivery counter")
+	}
+}
+
+func TestConsumeInfrastructureRetry(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	e := newEngine(t, r.tel.ConsumeHooks(), "ledger", func(context.Context, idem.Run, consume.Delivery) error {
+		return idem.Retryable(errors.New("connection refused"))
+	})
+	handle(t, context.Background(), e, &fakeDelivery{id: "m1", body: []byte("x")}, consume.OutcomeRetried)
+	wantPoints(t, r.points(t), map[string]float64{
+		"idem.consumer.infrastructure_retries{idem.consumer=ledger}":          1,
+		"idem.consumer.deliveries{idem.consumer=ledger,idem.outcome=retried}": 1,
+	})
+	s := r.ended("idem.consume")[0]
+	if !attrsOf(s)[attrInfrastructure].AsBool() || s.Status().Code != codes.Error {
+		t.Fatalf("span %v %v", attrsOf(s), s.Status())
+	}
+	// A span without a parent in the context is a root.
+	if s.Parent().IsValid() {
+		t.Fatalf("parent %v from a context without a span", s.Parent())
+	}
+}
+
+func TestConsumeUnknownValuesAreOther(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	h := r.tel.ConsumeHooks()
+	h.OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.Outcome(42)})
+	h.OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeDeadLettered, Reason: "something new"})
+	h.OnDelivery(context.Background(), consume.Event{Consumer: "\xff", Outcome: consume.OutcomeProcessed})
+	h.OnDelivery(context.Background(), consume.Event{Consumer: "", Outcome: consume.OutcomeProcessed})
+	wantPoints(t, r.points(t), map[string]float64{
+		"idem.consumer.deliveries{idem.consumer=c,idem.outcome=other}":                     1,
+		"idem.consumer.dead_letters{idem.consumer=c,idem.dead_letter.reason=other}":        1,
+		"idem.consumer.deliveries{idem.consumer=other,idem.outcome=processed}":             2,
+		"idem.consumer.dead_letters{idem.consumer=c,idem.dead_letter.reason=max_attempts}": 0,
+	})
+	// The span keeps the reason as reported, made valid UTF-8.
+	spans := r.ended("idem.consume")
+	if got := str(spans[1], attrReason); got != "something new" {
+		t.Errorf("reason %q", got)
+	}
+	if got := str(spans[2], attrConsumer); got != "\uFFFD" {
+		t.Errorf("consumer %q", got)
+	}
+}
+
+func TestConsumeStatusMapping(t *testing.T) {
+	t.Parallel()
+	ackErr := errors.New("consume: ack: channel closed")
+	for _, c := range []struct {
+		name string
+		ev   consume.Event
+		want codes.Code
+	}{
+		{"processed", consume.Event{Outcome: consume.OutcomeProcessed}, codes.Unset},
+		{"processed, ack failed", consume.Event{Outcome: consume.OutcomeProcessed, Err: ackErr}, codes.Error},
+		{"duplicate", consume.Event{Outcome: consume.OutcomeDuplicate}, codes.Unset},
+		{"retried", consume.Event{Outcome: consume.OutcomeRetried, Err: errors.New("x")}, codes.Error},
+		{"dead-lettered", consume.Event{Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonPermanent, Err: retry.Permanent(errors.New("x"))}, codes.Error},
+		{"requeued", consume.Event{Outcome: consume.OutcomeRequeued, Err: consume.ErrCommitUnknown}, codes.Error},
+		{"abandoned", consume.Event{Outcome: consume.OutcomeAbandoned, Err: context.Canceled}, codes.Unset},
+		{"unknown", consume.Event{Outcome: consume.Outcome(42)}, codes.Unset},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, nil)
+			c.ev.Consumer = "c"
+			r.tel.ConsumeHooks().OnDelivery(context.Background(), c.ev)
+			s := r.ended("idem.consume")[0]
+			if s.Status().Code != c.want {
+				t.Fatalf("status %v, want %v", s.Status(), c.want)
+			}
+			_, hasType := attrsOf(s)["error.type"]
+			if hasType != (c.want == codes.Error) {
+				t.Errorf("error.type present %v with status %v", hasType, s.Status())
+			}
+			if (exception(s) != nil) != (c.ev.Err != nil) {
+				t.Errorf("exception event %v for error %v", exception(s), c.ev.Err)
+			}
+		})
+	}
+}
+
+// typedError names its class for error.type.
+type typedError struct{}
+
+func (typedError) Error() string     { return "card declined for alice@example.com" }
+func (typedError) ErrorType() string { return "card_declined" }
+
+func TestErrorMessagesAreOptIn(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("charging: %w", typedError{})
+	for _, record := range []bool{false, true} {
+		t.Run(fmt.Sprint(record), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, &Options{RecordErrorMessages: record})
+			r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeRetried, Err: err})
+			r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: "t"}, Outcome: inbox.Dead, Err: err})
+			r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idemhttp.OutcomeError, Status: 503, Err: err})
+			for _, s := range r.spans.Ended() {
+				ex := exception(s)
+				if str(s, "error.type") != "card_declined" || ex["exception.type"] != "card_declined" {
+					t.Errorf("%s: error.type %q, exception %v", s.Name(), str(s, "error.type"), ex)
+				}
+				if record {
+					if s.Status().Description != err.Error() || ex["exception.message"] != err.Error() {
+						t.Errorf("%s: status %v, exception %v", s.Name(), s.Status(), ex)
+					}
+				} else {
+					spanLeaks(t, []sdktrace.ReadOnlySpan{s}, "alice")
+					if _, ok := ex["exception.message"]; ok || s.Status().Code != codes.Error {
+						t.Errorf("%s: status %v, exception %v", s.Name(), s.Status(), ex)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestConsumersAreCreatedAtZero(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, &Options{Consumers: []string{"payments"}})
+	wantPoints(t, r.points(t), map[string]float64{
+		"idem.consumer.deliveries{idem.consumer=payments,idem.outcome=dead_lettered}":             0,
+		"idem.consumer.deliveries{idem.consumer=payments,idem.outcome=processed}":                 0,
+		"idem.consumer.dead_letters{idem.consumer=payments,idem.dead_letter.reason=max_attempts}": 0,
+		"idem.consumer.infrastructure_retries{idem.consumer=payments}":                            0,
+	})
+}
+
+func TestMaxLabelValuesBoundsConsumers(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, &Options{MaxLabelValues: 2})
+	h := r.tel.ConsumeHooks()
+	for _, c := range []string{"a", "b", "c", "d", "a"} {
+		h.OnDelivery(context.Background(), consume.Event{Consumer: c, Outcome: consume.OutcomeProcessed})
+	}
+	got := r.points(t)
+	wantPoints(t, got, map[string]float64{
+		"idem.consumer.deliveries{idem.consumer=a,idem.outcome=processed}":     2,
+		"idem.consumer.deliveries{idem.consumer=b,idem.outcome=processed}":     1,
+		"idem.consumer.deliveries{idem.consumer=other,idem.outcome=processed}": 2,
+	})
+	for k := range got {
+		if strings.Contains(k, "idem.consumer=c") || strings.Contains(k, "idem.consumer=d") {
+			t.Errorf("unbounded series %s", k)
+		}
+	}
+	// Spans are not bounded.
+	if got := str(r.ended("idem.consume")[3], attrConsumer); got != "d" {
+		t.Errorf("span consumer %q", got)
+	}
+}
+
+// fakeInbox is an inbox backend in memory, just enough for Worker.RunOnce:
+// Claim hands out the queued rows, Complete runs the handler unless the row
+// is marked lost.
+type fakeInbox struct {
+	inbox.Backend[struct{}] // the admin and receive methods are not called
+	mu                      sync.Mutex
+	rows                    []inbox.Row
+	lost                    map[int64]bool
+}
+
+func (b *fakeInbox) Claim(_ context.Context, req inbox.ClaimRequest) ([]inbox.Row, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := min(req.Limit, len(b.rows))
+	out := b.rows[:n]
+	b.rows = b.rows[n:]
+	return out, nil
+}
+
+func (b *fakeInbox) Complete(ctx context.Context, l inbox.Lease, fn func(context.Context, struct{}) error) error {
+	if b.lost[l.ID] {
+		return fmt.Errorf("fake: row %d: %w", l.ID, idem.ErrLeaseLost)
+	}
+	return fn(ctx, struct{}{})
+}
+
+func (b *fakeInbox) Fail(context.Context, inbox.FailRequest) error { return nil }
+
+func (b *fakeInbox) Extend(_ context.Context, ls []inbox.Lease, _ time.Duration) ([]int64, error) {
+	ids := make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i] = l.ID
+	}
+	return ids, nil
+}
+
+func (b *fakeInbox) Release(_ context.Context, ls []inbox.Lease) (int64, error) {
+	return int64(len(ls)), nil
+}
+
+func TestInboxHookWithRealWorker(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	row := func(id int64, typ string, attempts int) inbox.Row {
+		return inbox.Row{ID: id, Source: "orders", MessageID: fmt.Sprintf("msg-%d", id), Type: typ,
+			OrderingKey: "customer-secret", Attempts: attempts, Token: 7}
+	}
+	b := &fakeInbox{
+		rows: []inbox.Row{
+			row(1, "order.created", 0), row(2, "order.failing", 0), row(3, "order.permanent", 0),
+			row(4, "order.created", 0), row(5, "order.unknown", 0), row(6, "order.failing", 2),
+		},
+		lost: map[int64]bool{4: true},
+	}
+	var events []inbox.Event
+	w, err := inbox.NewWorker[struct{}](b, &inbox.Config{
+		Retry:   &retry.Policy{MaxAttempts: 3},
+		Logger:  quiet,
+		OnEvent: MultiInboxHook(r.tel.InboxHook(), func(ev inbox.Event) { events = append(events, ev) }),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(w.Handle("order.created", func(context.Context, struct{}, inbox.Message) error { return nil }))
+	must(w.Handle("order.failing", func(context.Context, struct{}, inbox.Message) error { return errors.New("smtp down") }))
+	must(w.Handle("order.permanent", func(context.Context, struct{}, inbox.Message) error {
+		return retry.Permanent(errors.New("bad address"))
+	}))
+	before := time.Now()
+	if n, err := w.RunOnce(context.Background()); err != nil || n != 6 {
+		t.Fatalf("RunOnce: %d, %v", n, err)
+	}
+	after := time.Now()
+
+	wantOutcomes := []string{"processed", "retried", "dead", "lease_lost", "dead", "dead"}
+	var got []string
+	for _, ev := range events {
+		got = append(got, ev.Outcome.String())
+	}
+	if !slices.Equal(got, wantOutcomes) {
+		t.Fatalf("worker reported %v, want %v", got, wantOutcomes)
+	}
+	run := func(typ, outcome string) string {
+		return "idem.inbox.runs{idem.inbox.type=" + typ + ",idem.outcome=" + outcome + "}"
+	}
+	wantPoints(t, r.points(t), map[string]float64{
+		run("order.created", "processed"):                                          1,
+		run("order.created", "lease_lost"):                                         1,
+		run("order.failing", "retried"):                                            1,
+		run("order.failing", "dead"):                                               1,
+		run("order.permanent", "dead"):                                             1,
+		run("order.unknown", "dead"):                                               1,
+		"idem.inbox.run.duration{idem.inbox.type=order.failing,idem.outcome=dead}": 1,
+	})
+	r.noLeaks(t, "secret", "msg-")
+
+	spans := r.ended("idem.inbox")
+	if len(spans) != len(events) {
+		t.Fatalf("%d spans for %d events", len(spans), len(events))
+	}
+	for i, s := range spans {
+		ev := events[i]
+		a := attrsOf(s)
+		if s.Parent().IsValid() || s.SpanKind() != trace.SpanKindConsumer {
+			t.Errorf("span %d: parent %v kind %v, want a consumer root", i, s.Parent(), s.SpanKind())
+		}
+		if a["messaging.message.id"].AsString() != ev.Message.ID || a[attrInboxSource].AsString() != "orders" ||
+			a[attrInboxType].AsString() != ev.Message.Type || a[attrAttempt].AsInt64() != int64(ev.Message.Attempt) ||
+			a[attrOutcome].AsString() != ev.Outcome.String() {
+			t.Errorf("span %d attributes %v for %+v", i, a, ev)
+		}
+		if want := ev.Outcome != inbox.Processed; (s.Status().Code == codes.Error) != want {
+			t.Errorf("span %d (%v): status %v", i, ev.Outcome, s.Status())
+		}
+		wantTiming(t, s, ev.Duration, before, after)
+	}
+	if got := attrsOf(spans[5])[attrAttempt].AsInt64(); got != 3 {
+		t.Errorf("third attempt reported as %d", got)
+	}
+	spanLeaks(t, spans, "customer-secret")
+}
+
+func TestInboxHook(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, &Options{MaxLabelValues: 3})
+	hook := r.tel.InboxHook()
+	msg := func(typ string) inbox.Message {
+		return inbox.Message{Source: "orders-secret", ID: "msg-secret", Type: typ, OrderingKey: "customer-secret"}
+	}
+	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Processed, Duration: 3 * time.Millisecond})
+	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Processed, Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Retried, Err: errors.New("x"), Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Dead, Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Released}) // did not run: not timed
+	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Outcome(99), Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("order.shipped"), Outcome: inbox.LeaseLost, Err: idem.ErrLeaseLost})
+	hook(inbox.Event{Message: msg("spam.1"), Outcome: inbox.Processed, Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("spam.2"), Outcome: inbox.Processed, Duration: time.Millisecond})
+
+	got := r.points(t)
+	run := func(typ, outcome string) string {
+		return "idem.inbox.runs{idem.inbox.type=" + typ + ",idem.outcome=" + outcome + "}"
+	}
+	dur := func(typ, outcome string) string {
+		return "idem.inbox.run.duration{idem.inbox.type=" + typ + ",idem.outcome=" + outcome + "}"
+	}
+	wantPoints(t, got, map[string]float64{
+		run("order.created", "processed"): 2, run("order.created", "retried"): 1,
+		run("order.paid", "dead"): 1, run("order.paid", "released"): 1, run("order.paid", "other"): 1,
+		run("order.shipped", "lease_lost"): 1, run("other", "processed"): 2,
+		dur("order.created", "processed"): 2, dur("order.paid", "dead"): 1,
+	})
+	for _, k := range []string{dur("order.paid", "released"), dur("order.shipped", "lease_lost")} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s timed a run that did not execute", k)
+		}
+	}
+	r.noLeaks(t, "secret")
+
+	spans := r.ended("idem.inbox")
+	wantStatus := []codes.Code{codes.Unset, codes.Unset, codes.Error, codes.Error, codes.Unset, codes.Unset, codes.Error, codes.Unset, codes.Unset}
+	for i, s := range spans {
+		if s.Status().Code != wantStatus[i] {
+			t.Errorf("span %d (%s): status %v, want %v", i, str(s, attrOutcome), s.Status(), wantStatus[i])
+		}
+	}
+	// Spans are not bounded; a run that did not execute is a span of no length.
+	if got := str(spans[8], attrInboxType); got != "spam.2" {
+		t.Errorf("span type %q", got)
+	}
+	if s := spans[4]; !s.EndTime().Equal(s.StartTime()) {
+		t.Errorf("released span lasted %v", s.EndTime().Sub(s.StartTime()))
+	}
+	spanLeaks(t, spans, "customer-secret")
+}
+
+func TestInboxStatusMapping(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ev   inbox.Event
+		want codes.Code
+	}{
+		{inbox.Event{Outcome: inbox.Processed}, codes.Unset},
+		{inbox.Event{Outcome: inbox.Retried, Err: errors.New("x")}, codes.Error},
+		{inbox.Event{Outcome: inbox.Dead}, codes.Error},
+		{inbox.Event{Outcome: inbox.LeaseLost}, codes.Error},
+		{inbox.Event{Outcome: inbox.Released}, codes.Unset},
+		{inbox.Event{Outcome: inbox.Outcome(99)}, codes.Unset},
+		{inbox.Event{Outcome: inbox.Outcome(99), Err: errors.New("x")}, codes.Error},
+	} {
+		t.Run(fmt.Sprintf("%v %v", c.ev.Outcome, c.ev.Err != nil), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, nil)
+			c.ev.Message.Type = "t"
+			r.tel.InboxHook()(c.ev)
+			s := r.ended("idem.inbox")[0]
+			if s.Status().Code != c.want {
+				t.Fatalf("status %v, want %v", s.Status(), c.want)
+			}
+			if _, ok := attrsOf(s)["error.type"]; ok != (c.want == codes.Error) {
+				t.Errorf("error.type present %v with status %v", ok, s.Status())
+			}
+		})
+	}
+}
+
+// serveIdem runs the real idemhttp middleware under a ServeMux pattern,
+// inside a server span as otelhttp would start it.
+func serveIdem(t *testing.T, r *rig) (http.Handler, *[]trace.SpanContext) {
+	t.Helper()
+	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
+		Principal:       idemhttp.PrincipalFromHeader("X-User"),
+		RequireKey:      true,
+		AllowNonDurable: true,
+		OnRequest:       r.tel.HTTPHook(),
+		Logger:          quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /accounts/{account}/payments", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Fail") != "" {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"ok":true}`)
+	})))
+	var servers []trace.SpanContext
+	tracer := r.tp.Tracer("server")
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		ctx, span := tracer.Start(req.Context(), "POST", trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		servers = append(servers, span.SpanContext())
+		mux.ServeHTTP(w, req.WithContext(ctx))
+	}), &servers
+}
+
+func post(t *testing.T, h http.Handler, key, body string, fail bool) int {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/accounts/acct-secret-42/payments", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("X-User", "alice-secret")
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	if fail {
+		r.Header.Set("X-Fail", "1")
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code
+}
+
+// driveHTTP sends requests whose outcomes are, in order: executed,
+// replayed, mismatch, rejected, released.
+func driveHTTP(t *testing.T, h http.Handler) {
+	t.Helper()
+	for _, c := range []struct {
+		key, body string
+		fail      bool
+		want      int
+	}{
+		{`"key-secret-1"`, `{"a":1}`, false, http.StatusCreated},
+		{`"key-secret-1"`, `{"a":1}`, false, http.StatusCreated}, // replayed
+		{`"key-secret-1"`, `{"a":2}`, false, http.StatusUnprocessableEntity},
+		{"", `{"a":1}`, false, http.StatusBadRequest},
+		{`"key-secret-2"`, `{"a":1}`, true, http.StatusServiceUnavailable}, // released
+	} {
+		if got := post(t, h, c.key, c.body, c.fail); got != c.want {
+			t.Fatalf("key %s: status %d, want %d", c.key, got, c.want)
+		}
+	}
+}
+
+func TestHTTPHookWithRealMiddleware(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	h, servers := serveIdem(t, r)
+	before := time.Now()
+	driveHTTP(t, h)
+	after := time.Now()
+
+	req := func(outcome, class string) string {
+		return "idem.http.requests{idem.http.status_class=" + class + ",idem.outcome=" + outcome + "}"
+	}
+	got := r.points(t)
+	want := map[string]float64{
+		req("executed", "2xx"): 1, req("replayed", "2xx"): 1, req("mismatch", "4xx"): 1,
+		req("rejected", "4xx"): 1, req("released", "5xx"): 1,
+		"idem.http.request.duration{idem.outcome=executed}": 1,
+		"idem.http.request.duration{idem.outcome=replayed}": 1,
+	}
+	wantPoints(t, got, want)
+	for k := range got {
+		if strings.HasPrefix(k, "idem.http.requests{") && want[k] == 0 {
+			t.Errorf("unexpected series %s", k)
+		}
+	}
+	r.noLeaks(t, "secret", "/accounts/", "http.route")
+
+	spans := r.ended("idem.http")
+	if len(spans) != 5 || len(*servers) != 5 {
+		t.Fatalf("%d spans, %d server spans", len(spans), len(*servers))
+	}
+	type want1 struct {
+		outcome string
+		status  int64
+		code    codes.Code
+	}
+	wants := []want1{
+		{"executed", 201, codes.Unset}, {"replayed", 201, codes.Unset}, {"mismatch", 422, codes.Unset},
+		{"rejected", 400, codes.Unset}, {"released", 503, codes.Error},
+	}
+	for i, s := range spans {
+		a := attrsOf(s)
+		w := wants[i]
+		if s.SpanKind() != trace.SpanKindInternal {
+			t.Errorf("span %d kind %v", i, s.SpanKind())
+		}
+		if server := (*servers)[i]; s.Parent().SpanID() != server.SpanID() || s.SpanContext().TraceID() != server.TraceID() {
+			t.Errorf("span %d is not a child of its request's server span", i)
+		}
+		if a[attrOutcome].AsString() != w.outcome || a["http.response.status_code"].AsInt64() != w.status || s.Status().Code != w.code {
+			t.Errorf("span %d: %v %v, want %+v", i, a, s.Status(), w)
+		}
+		if a["http.route"].AsString() != "/accounts/{account}/payments" {
+			t.Errorf("span %d route %v", i, a["http.route"])
+		}
+		if _, ok := a[attrKey]; ok {
+			t.Errorf("span %d records the key without RecordKeys", i)
+		}
+		if w.outcome != "rejected" && len(a[attrScopeHash].AsString()) != 16 {
+			t.Errorf("span %d scope hash %v", i, a[attrScopeHash])
+		}
+		if s.EndTime().Before(before) || s.EndTime().After(after) || !s.StartTime().Before(s.EndTime()) {
+			t.Errorf("span %d from %v to %v, outside [%v, %v]", i, s.StartTime(), s.EndTime(), before, after)
+		}
+	}
+	if s := spans[4]; str(s, "error.type") != "503" || s.Status().Description != "released: 503" {
+		t.Errorf("released span: %v %v", attrsOf(s), s.Status())
+	}
+	spanLeaks(t, spans, "secret", "/accounts/acct")
+}
+
+func TestHTTPSpanLastsTheReportedLatency(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ctx, parent := r.tp.Tracer("server").Start(context.Background(), "POST")
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", nil)
+	before := time.Now()
+	r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200, Latency: 1500 * time.Millisecond})
+	after := time.Now()
+	parent.End()
+	s := r.ended("idem.http")[0]
+	wantTiming(t, s, 1500*time.Millisecond, before, after)
+	if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Fatal("not a child of the request's span")
+	}
+	if _, ok := attrsOf(s)["http.route"]; ok {
+		t.Fatal("a route without a pattern")
+	}
+}
+
+func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, &Options{HTTPRoute: true})
+	h, _ := serveIdem(t, r)
+	driveHTTP(t, h)
+	// A middleware outside any mux sees no pattern.
+	r.tel.HTTPHook()(httptest.NewRequest(http.MethodPut, "/raw-secret", nil), idemhttp.Event{Key: "k", Outcome: idemhttp.OutcomeExecuted, Status: 200})
+	r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200})
+	odd := httptest.NewRequest("BREW", "/", nil)
+	odd.Pattern = "example.com/pots/{pot}"
+	r.tel.HTTPHook()(odd, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200})
+	const route = "http.route=/accounts/{account}/payments"
+	wantPoints(t, r.points(t), map[string]float64{
+		"idem.http.requests{http.request.method=POST," + route + ",idem.http.status_class=2xx,idem.outcome=executed}":            1,
+		"idem.http.requests{http.request.method=PUT,idem.http.status_class=2xx,idem.outcome=executed}":                           1,
+		"idem.http.requests{http.request.method=_OTHER,idem.http.status_class=2xx,idem.outcome=executed}":                        1,
+		"idem.http.requests{http.request.method=_OTHER,http.route=/pots/{pot},idem.http.status_class=2xx,idem.outcome=executed}": 1,
+		"idem.http.request.duration{http.request.method=POST," + route + ",idem.outcome=mismatch}":                               1,
+	})
+	r.noLeaks(t, "secret")
+}
+
+func TestHTTPRoutesAreBounded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, &Options{HTTPRoute: true, MaxLabelValues: 1})
+	for _, p := range []string{"POST /a", "POST /b", "POST /a"} {
+		req := httptest.NewRequest(http.MethodPost, "/", nil)
+		req.Pattern = p
+		r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 201})
+	}
+	wantPoints(t, r.points(t), map[string]float64{
+		"idem.http.requests{http.request.method=POST,http.route=/a,idem.http.status_class=2xx,idem.outcome=executed}":    2,
+		"idem.http.requests{http.request.method=POST,http.route=other,idem.http.status_class=2xx,idem.outcome=executed}": 1,
+	})
+	if got := str(r.ended("idem.http")[1], "http.route"); got != "/b" {
+		t.Errorf("span route %q", got)
+	}
+}
+
+func TestHTTPUnknownValuesAreOther(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	hook := r.tel.HTTPHook()
+	hook(nil, idemhttp.Event{Outcome: "brand_new", Status: 200})
+	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomePanic, Status: 0})
+	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomeError, Status: 600})
+	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomeInFlight, Status: 100})
+	wantPoints(t, r.points(t), map[string]float64{
+		"idem.http.requests{idem.http.status_class=2xx,idem.outcome=other}":     1,
+		"idem.http.requests{idem.http.status_class=other,idem.outcome=panic}":   1,
+		"idem.http.requests{idem.http.status_class=other,idem.outcome=error}":   1,
+		"idem.http.requests{idem.http.status_class=1xx,idem.outcome=in_flight}": 1,
+	})
+}
+
+func TestHTTPStatusMapping(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		outcome idemhttp.Outcome
+		status  int
+		err     error
+		want    codes.Code
+	}{
+		{idemhttp.OutcomeExecuted, 201, nil, codes.Unset},
+		{idemhttp.OutcomeExecuted, 500, nil, codes.Error}, // a ShouldStore that keeps 5xx
+		{idemhttp.OutcomeReleased, 503, nil, codes.Error},
+		{idemhttp.OutcomeReleased, 429, nil, codes.Unset},
+		{idemhttp.OutcomeReplayed, 201, nil, codes.Unset},
+		{idemhttp.OutcomeInFlight, 409, nil, codes.Unset},
+		{idemhttp.OutcomeMismatch, 422, nil, codes.Unset},
+		{idemhttp.OutcomeDiscarded, 410, nil, codes.Unset},
+		{idemhttp.OutcomeRejected, 400, nil, codes.Unset},
+		{idemhttp.OutcomeError, 201, idem.ErrLeaseLost, codes.Error}, // ran, but not recorded
+		{idemhttp.OutcomeError, 503, errors.New("store down"), codes.Error},
+		{idemhttp.OutcomePanic, 500, nil, codes.Error},
+		{idemhttp.OutcomeTombstone, 201, nil, codes.Unset},
+		{idemhttp.OutcomeCanceled, 499, context.Canceled, codes.Unset},
+	} {
+		t.Run(fmt.Sprintf("%s %d", c.outcome, c.status), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, nil)
+			r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: c.outcome, Status: c.status, Err: c.err})
+			s := r.ended("idem.http")[0]
+			if s.Status().Code != c.want {
+				t.Fatalf("status %v, want %v", s.Status(), c.want)
+			}
+			if (exception(s) != nil) != (c.err != nil) {
+				t.Errorf("exception event %v for error %v", exception(s), c.err)
+			}
+		})
+	}
+}
+
+// TestGuardHookWithRealGuard drives idem.Guard over a MemoryStore.
+func TestGuardHookWithRealGuard(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, &Options{MaxLabelValues: 1})
+	var mu sync.Mutex
+	var events []idem.DoEvent
+	keep := func(_ context.Context, ev idem.DoEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+	}
+	store := idemtest.NewMemoryStore(nil)
+	g := idem.NewGuard(store, &idem.GuardConfig{OnDo: MultiGuardHook(r.tel.GuardHook("gateway"), keep), Logger: quiet})
+	call := func(key, body string) idem.Call {
+		return idem.Call{Scope: "secret-scope", Key: key, Fingerprint: idem.FingerprintBytes([]byte(body))}
+	}
+	ok := func(context.Context, idem.Run) ([]byte, error) { return []byte("charged"), nil }
+	ctx, caller := r.tp.Tracer("app").Start(context.Background(), "charge")
+	before := time.Now()
+	for range 3 {
+		if _, err := g.Do(ctx, call("secret-key-1", "a"), ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.Do(ctx, call("secret-key-1", "b"), ok); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("mismatch = %v", err)
+	}
+	boom := errors.New("boom")
+	if _, err := g.Do(ctx, call("secret-key-2", "a"), func(context.Context, idem.Run) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("failure = %v", err)
+	}
+	declined := idem.Final(errors.New("card declined"))
+	if _, err := g.Do(ctx, call("secret-key-3", "a"), func(context.Context, idem.Run) ([]byte, error) { return nil, declined }); err == nil {
+		t.Fatal("a Final error was not returned")
+	}
+	if _, err := g.Do(ctx, call("", "a"), ok); err == nil {
+		t.Fatal("an empty key was accepted")
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not go on")
+			}
+		}()
+		g.Do(ctx, call("secret-key-4", "a"), func(context.Context, idem.Run) ([]byte, error) { panic("bug") })
+	}()
+	after := time.Now()
+	caller.End()
+	// A second guard name is past MaxLabelValues: "other" in metrics.
+	g2 := idem.NewGuard(store, &idem.GuardConfig{OnDo: r.tel.GuardHook("second"), Logger: quiet})
+	if _, err := g2.Do(context.Background(), call("secret-key-5", "a"), ok); err != nil {
+		t.Fatal(err)
+	}
+	r.tel.GuardHook("gateway")(context.Background(), idem.DoEvent{Outcome: "brand_new"})
+
+	calls := func(guard, outcome string) string {
+		return "idem.guard.calls{idem.guard=" + guard + ",idem.outcome=" + outcome + "}"
+	}
+	wantPoints(t, r.points(t), map[string]float64{
+		calls("gateway", "executed"): 2, calls("gateway", "replayed"): 2, calls("gateway", "mismatch"): 1,
+		calls("gateway", "failed"): 1, calls("gateway", "rejected"): 1, calls("gateway", "panic"): 1,
+		calls("gateway", "other"): 1, calls("other", "executed"): 1,
+		"idem.guard.call.duration{idem.guard=gateway,idem.outcome=replayed}": 2,
+	})
+	r.noLeaks(t, "secret-scope", "secret-key")
+
+	spans := r.ended("idem.guard")
+	if len(spans) != 10 || len(events) != 8 {
+		t.Fatalf("%d spans, %d events", len(spans), len(events))
+	}
+	wantStatus := map[idem.DoOutcome]codes.Code{
+		idem.DoExecuted: codes.Unset, idem.DoReplayed: codes.Unset, idem.DoMismatch: codes.Unset,
+		idem.DoRejected: codes.Unset, idem.DoFailed: codes.Error, idem.DoPanic: codes.Error,
+	}
+	h := sha256.Sum256([]byte("secret-scope"))
+	wantHash := hex.EncodeToString(h[:8])
+	for i, ev := range events {
+		s := spans[i]
+		a := attrsOf(s)
+		if s.SpanKind() != trace.SpanKindInternal || s.Parent().SpanID() != caller.SpanContext().SpanID() {
+			t.Errorf("span %d: kind %v, parent %v", i, s.SpanKind(), s.Parent())
+		}
+		if a[attrOutcome].AsString() != string(ev.Outcome) || a[attrGuard].AsString() != "gateway" ||
+			a[attrScopeHash].AsString() != wantHash || a[attrToken].AsInt64() != ev.Token {
+			t.Errorf("span %d attributes %v for %+v", i, a, ev)
+		}
+		if want, ok := wantStatus[ev.Outcome]; !ok || s.Status().Code != want {
+			t.Errorf("span %d (%s): status %v, want %v", i, ev.Outcome, s.Status(), want)
+		}
+		if _, ok := a[attrKey]; ok {
+			t.Errorf("span %d records the key without RecordKeys", i)
+		}
+		wantTiming(t, s, ev.Duration, before, after)
+	}
+	// The stored Final error is the call's result: an exception event, but
+	// not an error span.
+	if s := spans[5]; events[5].Outcome != idem.DoExecuted || s.Status().Code != codes.Unset || exception(s) == nil {
+		t.Errorf("Final error span: %v %v %v", events[5].Outcome, s.Status(), s.Events())
+	}
+	if got := str(spans[8], attrGuard); got != "second" {
+		t.Errorf("span guard %q", got)
+	}
+	spanLeaks(t, spans, "secret-scope", "secret-key", "card declined")
+}
+
+func TestGuardStatusMapping(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ev   idem.DoEvent
+		want codes.Code
+	}{
+		{idem.DoEvent{Outcome: idem.DoExecuted}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.DoReplayed, Err: idem.Final(errors.New("x"))}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.DoInProgress, Err: idem.ErrInProgress}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.DoMismatch, Err: idem.ErrFingerprintMismatch}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.DoRejected, Err: idem.ErrInvalidKey}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.DoFailed, Err: errors.New("x")}, codes.Error},
+		{idem.DoEvent{Outcome: idem.DoLeaseLost, Err: idem.ErrLeaseLost}, codes.Error},
+		{idem.DoEvent{Outcome: idem.DoPanic}, codes.Error},
+		{idem.DoEvent{Outcome: idem.DoError, Err: errors.New("store down")}, codes.Error},
+		{idem.DoEvent{Outcome: "brand_new"}, codes.Unset},
+		{idem.DoEvent{Outcome: "brand_new", Err: errors.New("x")}, codes.Error},
+	} {
+		t.Run(fmt.Sprintf("%s %v", c.ev.Outcome, c.ev.Err != nil), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, nil)
+			r.tel.GuardHook("g")(context.Background(), c.ev)
+			s := r.ended("idem.guard")[0]
+			if s.Status().Code != c.want {
+				t.Fatalf("status %v, want %v", s.Status(), c.want)
+			}
+			if _, ok := attrsOf(s)["error.type"]; ok != (c.want == codes.Error) {
+				t.Errorf("error.type present %v with status %v", ok, s.Status())
+			}
+		})
+	}
+}
+
+func TestRecordKeys(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, &Options{RecordKeys: true})
+	r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", ID: "m1", Key: "order-secret-1", Outcome: consume.OutcomeProcessed})
+	r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: "t", ID: "m2", OrderingKey: "customer-secret"}, Outcome: inbox.Processed})
+	r.tel.GuardHook("g")(context.Background(), idem.DoEvent{Scope: "tenant-secret", Key: "guard-secret-1", Outcome: idem.DoExecuted})
+	h, _ := serveIdem(t, r)
+	post(t, h, `"key-secret-1"`, `{}`, false)
+
+	if got := str(r.ended("idem.consume")[0], attrKey); got != "order-secret-1" {
+		t.Errorf("consume key %q", got)
+	}
+	if got := str(r.ended("idem.inbox")[0], attrOrderingKey); got != "customer-secret" {
+		t.Errorf("inbox ordering key %q", got)
+	}
+	if s := r.ended("idem.guard")[0]; str(s, attrKey) != "guard-secret-1" || str(s, attrScope) != "tenant-secret" {
+		t.Errorf("guard key %q scope %q", str(s, attrKey), str(s, attrScope))
+	}
+	if got := str(r.ended("idem.http")[0], attrKey); got != "key-secret-1" {
+		t.Errorf("http key %q", got)
+	}
+	r.noLeaks(t, "secret")
+}
+
+func TestTraceStringsAreValidAndBounded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	long := strings.Repeat("é", 1000) // 2000 bytes
+	r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", ID: "bad\xffid", Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonInvalidID})
+	r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", ID: long, Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonInvalidID})
+	spans := r.ended("idem.consume")
+	if got := str(spans[0], "messaging.message.id"); got != "bad\uFFFDid" {
+		t.Errorf("id %q", got)
+	}
+	got := str(spans[1], "messaging.message.id")
+	if !utf8.ValidString(got) || len(got) > maxTraceString || len(got) < maxTraceString-4 || !strings.HasPrefix(long, got) {
+		t.Errorf("long id cut to %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+}
+
+func TestMultiHooks(t *testing.T) {
+	t.Parallel()
+	var calls []string
+	consumeHook := func(name string) consume.Hooks {
+		return consume.HooksFunc(func(context.Context, consume.Event) { calls = append(calls, name) })
+	}
+	MultiConsumeHooks(consumeHook("a"), nil, consumeHook("b")).OnDelivery(context.Background(), consume.Event{})
+	MultiInboxHook(nil, func(inbox.Event) { calls = append(calls, "c") }, func(inbox.Event) { calls = append(calls, "d") })(inbox.Event{})
+	MultiHTTPHook(func(*http.Request, idemhttp.Event) { calls = append(calls, "e") }, nil)(nil, idemhttp.Event{})
+	MultiGuardHook(nil, func(context.Context, idem.DoEvent) { calls = append(calls, "f") })(context.Background(), idem.DoEvent{})
+	MultiConsumeHooks().OnDelivery(context.Background(), consume.Event{})
+	if want := []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(calls, want) {
+		t.Fatalf("calls %v, want %v", calls, want)
+	}
+}
+
+func TestConcurrentHooks(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, &Options{MaxLabelValues: 8, HTTPRoute: true})
+	const goroutines, each = 48, 20
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		wg.Go(func() {
+			consumer := fmt.Sprintf("c%d", i%16) // half of them beyond the bound
+			req := httptest.NewRequest(http.MethodPost, "/", nil)
+			req.Pattern = fmt.Sprintf("POST /r%d", i%16)
+			guard := r.tel.GuardHook(consumer)
+			for range each {
+				guard(context.Background(), idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.DoExecuted, Duration: time.Millisecond})
+				r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: consumer, Outcome: consume.OutcomeRetried, Err: errors.New("x"), Duration: time.Millisecond})
+				r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: consumer}, Outcome: inbox.Processed, Duration: time.Millisecond})
+				r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 201, Latency: time.Millisecond})
+			}
+		})
+	}
+	wg.Wait()
+	var deliveries, runs, requests, guardCalls float64
+	consumers, routes := map[string]bool{}, map[string]bool{}
+	for k, v := range r.points(t) {
+		switch {
+		case strings.HasPrefix(k, "idem.consumer.deliveries{"):
+			deliveries += v
+			consumers[strings.SplitN(strings.TrimPrefix(k, "idem.consumer.deliveries{idem.consumer="), ",", 2)[0]] = true
+		case strings.HasPrefix(k, "idem.inbox.runs{"):
+			runs += v
+		case strings.HasPrefix(k, "idem.guard.calls{"):
+			guardCalls += v
+		case strings.HasPrefix(k, "idem.http.requests{"):
+			requests += v
+			routes[strings.SplitN(strings.SplitN(k, "http.route=", 2)[1], ",", 2)[0]] = true
+		}
+	}
+	if want := float64(goroutines * each); deliveries != want || runs != want || requests != want || guardCalls != want {
+		t.Fatalf("deliveries %v runs %v requests %v guard calls %v, want %v each", deliveries, runs, requests, guardCalls, want)
+	}
+	if len(consumers) != 9 || !consumers[Other] || len(routes) != 9 || !routes[Other] {
+		t.Fatalf("consumer values %v, routes %v, want 8 each and other", consumers, routes)
+	}
+	if n := len(r.spans.Ended()); n != 4*goroutines*each {
+		t.Fatalf("%d spans, want %d", n, 4*goroutines*each)
+	}
+}
