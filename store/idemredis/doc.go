@@ -112,6 +112,28 @@
 // script call (the server went away) is returned as the batch's error and
 // carried by each item of that call.
 //
+// [Store.ProcessBatch] does the whole lease cycle for a batch in the shape
+// of the SQL stores' ProcessBatch, so a batch consumer binds it the same
+// way; with idemkafka:
+//
+//	Process: func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error) {
+//		return store.ProcessBatch(ctx, msgs, func(ctx context.Context, fresh []int) error {
+//			for _, i := range fresh {
+//				if err := notify(ctx, recs[i]); err != nil {
+//					return err // the batch's leases are released; the consumer retries
+//				}
+//			}
+//			return nil
+//		})
+//	},
+//
+// It claims the batch in one round trip, heartbeats the fresh messages'
+// leases while the handler runs, and completes them in one more. Its
+// effects are outside Redis, so, unlike the SQL stores' transaction, a
+// failure after they ran (a lease lost, Redis gone before the completion)
+// can run them again: the lease path's at-least-once edge, as for
+// [idem.Guard].
+//
 // # Fencing tokens
 //
 // A token is max(previous token + 1, Redis TIME in microseconds), so tokens

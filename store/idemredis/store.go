@@ -66,6 +66,10 @@ type Config struct {
 	// of callers ever claim at once. Ignored on a cluster client, where every call has one key (a
 	// script's keys must share a hash slot).
 	MaxBatch int
+	// ProcessLease is the lease ProcessBatch takes on each fresh message
+	// and extends every ProcessLease/3 while its handler runs. Default
+	// DefaultProcessLease.
+	ProcessLease time.Duration
 	// Strict makes New fail when a server's maxmemory-policy is not
 	// noeviction or cannot be read. Otherwise New logs a warning.
 	Strict bool
@@ -84,6 +88,8 @@ type Store struct {
 	abandonMS string
 	floorMS   string
 	logger    *slog.Logger
+	// processLease is Config.ProcessLease.
+	processLease time.Duration
 	// lease caches the formatted lease of the latest claim: callers almost
 	// always pass the same lease, so the hot path formats nothing.
 	lease atomic.Pointer[leaseText]
@@ -134,13 +140,17 @@ func New(ctx context.Context, client rueidis.Client, cfg *Config) (*Store, error
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.ProcessLease <= 0 {
+		c.ProcessLease = DefaultProcessLease
+	}
 	s := &Store{
-		client:    client,
-		prefix:    c.Prefix,
-		maxResult: c.MaxResultBytes,
-		abandonMS: millis(c.AbandonedRetention),
-		floorMS:   millis(tokenFloorTTL),
-		logger:    c.Logger,
+		processLease: c.ProcessLease,
+		client:       client,
+		prefix:       c.Prefix,
+		maxResult:    c.MaxResultBytes,
+		abandonMS:    millis(c.AbandonedRetention),
+		floorMS:      millis(tokenFloorTTL),
+		logger:       c.Logger,
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch
