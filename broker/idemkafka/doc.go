@@ -7,7 +7,9 @@
 // A [Consumer] polls its consumer group and hands each partition's fetch
 // to the user's [ProcessBatchFunc] as one batch: bound to a SQL store's
 // ProcessBatch (idemsqlite, idempgx), that is one dedupe round trip and
-// one transaction for the effects of the fresh records. Only after the
+// one transaction for the effects of the fresh records; bound to the Redis
+// store's ProcessBatch (idemredis), for effects outside any database, one
+// round trip to claim the batch and one to complete it. Only after the
 // batch commits does the consumer mark the offset after the highest
 // contiguous settled record of the partition and commit it; a record that
 // is still failing holds the offset back, so nothing after it is skipped

@@ -5,8 +5,10 @@ go 1.26.0
 require (
 	github.com/idem-go/idem v0.0.0
 	github.com/idem-go/idem/store/idempgx v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem/store/idemredis v0.0.0-00010101000000-000000000000
 	github.com/idem-go/idem/store/idemsqlite v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/redis/rueidis v1.0.79
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
@@ -40,3 +42,5 @@ replace github.com/idem-go/idem/store/idemsqlite => ../../store/idemsqlite
 replace github.com/idem-go/idem/store/idemstoretest => ../../store/idemstoretest
 
 replace github.com/idem-go/idem/store/idempgx => ../../store/idempgx
+
+replace github.com/idem-go/idem/store/idemredis => ../../store/idemredis
