@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/hooklabel"
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer.
@@ -36,9 +36,9 @@ const ScopeName = "github.com/idem-go/idem/contrib/idemotel"
 // [Options.MaxLabelValues] says otherwise.
 const DefaultMaxLabelValues = 100
 
-// Other replaces a metric attribute value outside its fixed set, or beyond
-// the [Options.MaxLabelValues] bound.
-const Other = "other"
+// Other ("other") replaces a metric attribute value outside its fixed set,
+// or beyond the [Options.MaxLabelValues] bound.
+const Other = hooklabel.Other
 
 // defaultBuckets are the boundaries, in seconds, that the OpenTelemetry
 // semantic conventions recommend for request durations. The SDK's own
@@ -135,7 +135,7 @@ type Telemetry struct {
 	guardCalls    metric.Int64Counter
 	guardDuration metric.Float64Histogram
 
-	consumers, types, routes, guards *boundedSet
+	consumers, types, routes, guards *hooklabel.Set
 }
 
 // New creates the instruments from the meter provider and the tracer from
@@ -209,10 +209,10 @@ func New(opts *Options) (*Telemetry, error) {
 			"Calls of idem.Guard.Do, by guard name and outcome."),
 		guardDuration: histogram("idem.guard.call.duration",
 			"Time an idem.Guard.Do call took, by guard name and outcome."),
-		consumers: newBoundedSet(o.MaxLabelValues),
-		types:     newBoundedSet(o.MaxLabelValues),
-		routes:    newBoundedSet(o.MaxLabelValues),
-		guards:    newBoundedSet(o.MaxLabelValues),
+		consumers: hooklabel.NewSet(o.MaxLabelValues),
+		types:     hooklabel.NewSet(o.MaxLabelValues),
+		routes:    hooklabel.NewSet(o.MaxLabelValues),
+		guards:    hooklabel.NewSet(o.MaxLabelValues),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: creating instruments: %w", err)
@@ -223,40 +223,22 @@ func New(opts *Options) (*Telemetry, error) {
 	return t, nil
 }
 
-// consumeOutcomes are the idem.outcome values of the consumer metrics.
-var consumeOutcomes = []consume.Outcome{
-	consume.OutcomeProcessed, consume.OutcomeDuplicate, consume.OutcomeRetried,
-	consume.OutcomeDeadLettered, consume.OutcomeRequeued, consume.OutcomeAbandoned,
-}
-
-var deadLetterReasons = map[string]bool{
-	consume.ReasonMaxAttempts: true, consume.ReasonPermanent: true, consume.ReasonIDConflict: true,
-	consume.ReasonMissingID: true, consume.ReasonInvalidID: true,
-}
-
 // consumerLabel returns the bounded attribute value for a consumer name
 // and, the first time it is seen, records zero for its delivery counters:
 // a rate cannot see a counter's first increment if the series only appears
 // with it.
 func (t *Telemetry) consumerLabel(name string) string {
-	label, first := t.consumers.label(name)
+	label, first := t.consumers.Label(name)
 	if first {
 		ctx := context.Background()
 		c := attrConsumer.String(label)
-		for _, o := range consumeOutcomes {
+		for _, o := range hooklabel.ConsumeOutcomes() {
 			t.deliveries.Add(ctx, 0, metric.WithAttributes(c, attrOutcome.String(o.String())))
 		}
 		t.deadLetters.Add(ctx, 0, metric.WithAttributes(c, attrReason.String(consume.ReasonMaxAttempts)))
 		t.infraRetries.Add(ctx, 0, metric.WithAttributes(c))
 	}
 	return label
-}
-
-func consumeOutcome(o consume.Outcome) string {
-	if slices.Contains(consumeOutcomes, o) {
-		return o.String()
-	}
-	return Other
 }
 
 // consumeFailed reports whether a delivery's span is an error: the message
@@ -287,7 +269,7 @@ func (t *Telemetry) onDelivery(ctx context.Context, ev consume.Event) {
 		ctx = context.Background()
 	}
 	end := time.Now()
-	outcome := consumeOutcome(ev.Outcome)
+	outcome := hooklabel.ConsumeOutcome(ev.Outcome)
 	attrs := []attribute.KeyValue{
 		semconv.MessagingOperationTypeProcess,
 		attrConsumer.String(traceString(ev.Consumer)),
@@ -322,20 +304,12 @@ func (t *Telemetry) onDelivery(ctx context.Context, ev consume.Event) {
 	t.handle.Record(sctx, ev.Duration.Seconds(), set)
 	switch ev.Outcome {
 	case consume.OutcomeDeadLettered:
-		reason := Other
-		if deadLetterReasons[ev.Reason] {
-			reason = ev.Reason
-		}
-		t.deadLetters.Add(sctx, 1, metric.WithAttributes(c, attrReason.String(reason)))
+		t.deadLetters.Add(sctx, 1, metric.WithAttributes(c, attrReason.String(hooklabel.DeadLetterReason(ev.Reason))))
 	case consume.OutcomeRetried:
 		if ev.Infrastructure {
 			t.infraRetries.Add(sctx, 1, metric.WithAttributes(c))
 		}
 	}
-}
-
-var inboxOutcomes = map[inbox.Outcome]bool{
-	inbox.Processed: true, inbox.Retried: true, inbox.Dead: true, inbox.LeaseLost: true, inbox.Released: true,
 }
 
 // inboxFailed reports whether a run's span is an error: the row is not
@@ -360,10 +334,7 @@ func (t *Telemetry) InboxHook() func(inbox.Event) {
 
 func (t *Telemetry) onInbox(ev inbox.Event) {
 	end := time.Now()
-	outcome := Other
-	if inboxOutcomes[ev.Outcome] {
-		outcome = ev.Outcome.String()
-	}
+	outcome := hooklabel.InboxOutcome(ev.Outcome)
 	m := ev.Message
 	attrs := []attribute.KeyValue{
 		semconv.MessagingOperationTypeProcess,
@@ -385,28 +356,12 @@ func (t *Telemetry) onInbox(ev inbox.Event) {
 	sctx := t.span(context.Background(), spanInbox, trace.SpanKindConsumer, end, ev.Duration, attrs,
 		inboxFailed(ev), ev.Err, outcome, 0)
 
-	typ, _ := t.types.label(m.Type)
+	typ, _ := t.types.Label(m.Type)
 	set := metric.WithAttributes(attrInboxType.String(typ), attrOutcome.String(outcome))
 	t.inboxRuns.Add(sctx, 1, set)
 	if ev.Duration > 0 {
 		t.inboxDuration.Record(sctx, ev.Duration.Seconds(), set)
 	}
-}
-
-var httpOutcomes = map[idemhttp.Outcome]bool{
-	idemhttp.OutcomeExecuted: true, idemhttp.OutcomeReleased: true, idemhttp.OutcomeReplayed: true,
-	idemhttp.OutcomeInFlight: true, idemhttp.OutcomeMismatch: true, idemhttp.OutcomeDiscarded: true,
-	idemhttp.OutcomeRejected: true, idemhttp.OutcomeError: true, idemhttp.OutcomePanic: true,
-	idemhttp.OutcomeTombstone: true, idemhttp.OutcomeCanceled: true,
-}
-
-var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
-
-func statusClass(status int) string {
-	if status < 100 || status > 599 {
-		return Other
-	}
-	return statusClasses[status/100-1]
 }
 
 // httpFailed reports whether a request's span is an error: a store
@@ -471,10 +426,7 @@ func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
 			route = routeOf(r.Pattern)
 		}
 	}
-	outcome := Other
-	if httpOutcomes[ev.Outcome] {
-		outcome = string(ev.Outcome)
-	}
+	outcome := hooklabel.HTTPOutcome(ev.Outcome)
 	attrs := []attribute.KeyValue{attrOutcome.String(outcome)}
 	if ev.Status != 0 {
 		attrs = append(attrs, semconv.HTTPResponseStatusCode(ev.Status))
@@ -495,13 +447,13 @@ func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
 	sctx := t.span(ctx, spanHTTP, trace.SpanKindInternal, end, ev.Latency, attrs,
 		httpFailed(ev), ev.Err, desc, ev.Status)
 
-	requests := []attribute.KeyValue{attrOutcome.String(outcome), attrStatusClass.String(statusClass(ev.Status))}
+	requests := []attribute.KeyValue{attrOutcome.String(outcome), attrStatusClass.String(hooklabel.StatusClass(ev.Status))}
 	duration := []attribute.KeyValue{attrOutcome.String(outcome)}
 	if t.route {
 		// No route: the middleware is not inside a ServeMux, and the
 		// attribute is left out as the semantic conventions ask.
 		if route != "" {
-			label, _ := t.routes.label(route)
+			label, _ := t.routes.Label(route)
 			requests = append(requests, semconv.HTTPRoute(label))
 			duration = append(duration, semconv.HTTPRoute(label))
 		}
@@ -511,12 +463,6 @@ func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
 	}
 	t.httpRequests.Add(sctx, 1, metric.WithAttributes(requests...))
 	t.httpDuration.Record(sctx, ev.Latency.Seconds(), metric.WithAttributes(duration...))
-}
-
-var guardOutcomes = map[idem.DoOutcome]bool{
-	idem.DoExecuted: true, idem.DoReplayed: true, idem.DoFailed: true, idem.DoInProgress: true,
-	idem.DoMismatch: true, idem.DoLeaseLost: true, idem.DoPanic: true, idem.DoRejected: true,
-	idem.DoError: true,
 }
 
 // guardFailed reports whether a Do call's span is an error: fn failed or
@@ -550,17 +496,14 @@ func scopeHash(scope string) string {
 // idemhttp computes it); the scope and key only with [Options.RecordKeys].
 // Neither is ever a metric attribute.
 func (t *Telemetry) GuardHook(name string) func(context.Context, idem.DoEvent) {
-	label, _ := t.guards.label(name)
+	label, _ := t.guards.Label(name)
 	guard := attrGuard.String(traceString(name))
 	return func(ctx context.Context, ev idem.DoEvent) {
 		if ctx == nil {
 			ctx = context.Background()
 		}
 		end := time.Now()
-		outcome := Other
-		if guardOutcomes[ev.Outcome] {
-			outcome = string(ev.Outcome)
-		}
+		outcome := hooklabel.GuardOutcome(ev.Outcome)
 		attrs := []attribute.KeyValue{guard, attrOutcome.String(outcome)}
 		if ev.Scope != "" {
 			attrs = append(attrs, attrScopeHash.String(scopeHash(ev.Scope)))
@@ -649,40 +592,4 @@ func traceString(s string) string {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	return s
-}
-
-// boundedSet admits at most max distinct attribute values; later ones
-// become [Other], so a misbehaving producer cannot create unbounded series.
-type boundedSet struct {
-	max  int
-	mu   sync.RWMutex
-	seen map[string]struct{}
-}
-
-func newBoundedSet(max int) *boundedSet {
-	return &boundedSet{max: max, seen: make(map[string]struct{})}
-}
-
-// label returns the value to use for v, and whether v was admitted just now.
-func (s *boundedSet) label(v string) (string, bool) {
-	// Exporters refuse invalid UTF-8, and "" reads as a missing value.
-	if v == "" || !utf8.ValidString(v) {
-		return Other, false
-	}
-	s.mu.RLock()
-	_, ok := s.seen[v]
-	s.mu.RUnlock()
-	if ok {
-		return v, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.seen[v]; ok {
-		return v, false
-	}
-	if len(s.seen) >= s.max {
-		return Other, false
-	}
-	s.seen[v] = struct{}{}
-	return v, true
 }

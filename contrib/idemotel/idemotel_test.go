@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -35,10 +33,9 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/hooktest"
 	"github.com/idem-go/idem/retry"
 )
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // rig is a Telemetry over a real SDK: a manual metric reader and a span
 // recorder.
@@ -133,15 +130,6 @@ func (r *rig) histogram(t *testing.T, key string) metricdata.HistogramDataPoint[
 	}
 	t.Fatalf("no histogram point %s", key)
 	return metricdata.HistogramDataPoint[float64]{}
-}
-
-func wantPoints(t *testing.T, got map[string]float64, want map[string]float64) {
-	t.Helper()
-	for k, v := range want {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
-		}
-	}
 }
 
 // forbidden are metric attributes that would leak per-request data.
@@ -316,48 +304,12 @@ func TestNilOptionsUseGlobals(t *testing.T) {
 	}
 	tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeProcessed})
 	r := &rig{tel: tel, reader: reader, spans: spans}
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.consumer.deliveries{idem.consumer=c,idem.outcome=processed}": 1,
 	})
 	if n := len(r.ended("idem.consume")); n != 1 {
 		t.Fatalf("%d spans through the global tracer provider", n)
 	}
-}
-
-// fakeDelivery is a broker delivery that records how the engine settled it.
-type fakeDelivery struct {
-	id      string
-	body    []byte
-	state   consume.State
-	mu      sync.Mutex
-	settled string
-	next    consume.State
-	ackErr  error
-}
-
-func (f *fakeDelivery) ID() string           { return f.id }
-func (f *fakeDelivery) Body() []byte         { return f.body }
-func (f *fakeDelivery) Origin() string       { return "orders" }
-func (f *fakeDelivery) State() consume.State { return f.state }
-func (f *fakeDelivery) settle(op string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.settled = op
-	return nil
-}
-func (f *fakeDelivery) Ack(context.Context) error {
-	if f.ackErr != nil {
-		return f.ackErr
-	}
-	return f.settle("ack")
-}
-func (f *fakeDelivery) Requeue(context.Context) error { return f.settle("requeue") }
-func (f *fakeDelivery) Retry(_ context.Context, _ time.Duration, st consume.State) error {
-	f.next = st
-	return f.settle("retry")
-}
-func (f *fakeDelivery) DeadLetter(context.Context, consume.DeadLetter) error {
-	return f.settle("dead-letter")
 }
 
 // eventLog is a consume hook that keeps the events, to compare the spans
@@ -373,52 +325,19 @@ func (l *eventLog) OnDelivery(_ context.Context, ev consume.Event) {
 	l.events = append(l.events, ev)
 }
 
-func newEngine(t *testing.T, hooks consume.Hooks, name string, handler func(context.Context, idem.Run, consume.Delivery) error) *consume.Engine {
-	t.Helper()
-	g := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{Logger: quiet})
-	e, err := consume.New(consume.GuardProcess(g, handler), &consume.Config{
-		Name:   name,
-		Retry:  &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 3, Jitter: retry.NoJitter},
-		Hooks:  hooks,
-		Logger: quiet,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
-func handle(t *testing.T, ctx context.Context, e *consume.Engine, d *fakeDelivery, want consume.Outcome) {
-	t.Helper()
-	out, err := e.Handle(ctx, d)
-	if err != nil || out != want {
-		t.Fatalf("delivery %q: %v, %v; want %v", d.id, out, err, want)
-	}
-}
-
 func TestConsumeHooksWithRealEngine(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	log := &eventLog{}
 	hooks := MultiConsumeHooks(r.tel.ConsumeHooks(), log)
-	ok := newEngine(t, hooks, "payments", func(context.Context, idem.Run, consume.Delivery) error { return nil })
-	boom := newEngine(t, hooks, "refunds", func(context.Context, idem.Run, consume.Delivery) error {
-		return errors.New("gateway timeout for customer-secret")
-	})
 
 	// The broker adapter's span, which the delivery spans must sit under.
 	ctx, broker := r.tp.Tracer("broker").Start(context.Background(), "broker process")
 	before := time.Now()
-	handle(t, ctx, ok, &fakeDelivery{id: "pay-secret-1", body: []byte("a")}, consume.OutcomeProcessed)
-	handle(t, ctx, ok, &fakeDelivery{id: "pay-secret-1", body: []byte("a")}, consume.OutcomeDuplicate)
-	handle(t, ctx, ok, &fakeDelivery{id: "pay-secret-2", body: []byte("b")}, consume.OutcomeProcessed)
-	handle(t, ctx, ok, &fakeDelivery{body: []byte("no id")}, consume.OutcomeDeadLettered)
-	st := consume.State{}
-	for _, want := range []consume.Outcome{consume.OutcomeRetried, consume.OutcomeRetried, consume.OutcomeDeadLettered} {
-		d := &fakeDelivery{id: "refund-secret", body: []byte("r"), state: st}
-		handle(t, ctx, boom, d, want)
-		st = d.next
-	}
+	// payments: processed, duplicate, processed, dead-lettered (no id);
+	// refunds: retried twice, then dead-lettered. The refunds error
+	// quotes customer-secret.
+	hooktest.DriveConsume(t, ctx, hooks)
 	after := time.Now()
 	broker.End()
 
@@ -426,7 +345,7 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 		return "idem.consumer.deliveries{idem.consumer=" + consumer + ",idem.outcome=" + outcome + "}"
 	}
 	got := r.points(t)
-	wantPoints(t, got, map[string]float64{
+	hooktest.WantCounts(t, got, map[string]float64{
 		c("payments", "processed"): 2, c("payments", "duplicate"): 1, c("payments", "dead_lettered"): 1,
 		c("payments", "retried"): 0, c("payments", "requeued"): 0, c("payments", "abandoned"): 0,
 		c("refunds", "retried"): 2, c("refunds", "dead_lettered"): 1, c("refunds", "processed"): 0,
@@ -536,11 +455,11 @@ func TestMeasurementsCarryTheSpanAsExemplar(t *testing.T) {
 func TestConsumeInfrastructureRetry(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	e := newEngine(t, r.tel.ConsumeHooks(), "ledger", func(context.Context, idem.Run, consume.Delivery) error {
+	e := hooktest.NewEngine(t, r.tel.ConsumeHooks(), "ledger", func(context.Context, idem.Run, consume.Delivery) error {
 		return idem.Retryable(errors.New("connection refused"))
 	})
-	handle(t, context.Background(), e, &fakeDelivery{id: "m1", body: []byte("x")}, consume.OutcomeRetried)
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.Handle(t, context.Background(), e, hooktest.NewDelivery("m1", "x"), consume.OutcomeRetried)
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.consumer.infrastructure_retries{idem.consumer=ledger}":          1,
 		"idem.consumer.deliveries{idem.consumer=ledger,idem.outcome=retried}": 1,
 	})
@@ -562,7 +481,7 @@ func TestConsumeUnknownValuesAreOther(t *testing.T) {
 	h.OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeDeadLettered, Reason: "something new"})
 	h.OnDelivery(context.Background(), consume.Event{Consumer: "\xff", Outcome: consume.OutcomeProcessed})
 	h.OnDelivery(context.Background(), consume.Event{Consumer: "", Outcome: consume.OutcomeProcessed})
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.consumer.deliveries{idem.consumer=c,idem.outcome=other}":                     1,
 		"idem.consumer.dead_letters{idem.consumer=c,idem.dead_letter.reason=other}":        1,
 		"idem.consumer.deliveries{idem.consumer=other,idem.outcome=processed}":             2,
@@ -654,7 +573,7 @@ func TestErrorMessagesAreOptIn(t *testing.T) {
 func TestConsumersAreCreatedAtZero(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, &Options{Consumers: []string{"payments"}})
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.consumer.deliveries{idem.consumer=payments,idem.outcome=dead_lettered}":             0,
 		"idem.consumer.deliveries{idem.consumer=payments,idem.outcome=processed}":                 0,
 		"idem.consumer.dead_letters{idem.consumer=payments,idem.dead_letter.reason=max_attempts}": 0,
@@ -670,7 +589,7 @@ func TestMaxLabelValuesBoundsConsumers(t *testing.T) {
 		h.OnDelivery(context.Background(), consume.Event{Consumer: c, Outcome: consume.OutcomeProcessed})
 	}
 	got := r.points(t)
-	wantPoints(t, got, map[string]float64{
+	hooktest.WantCounts(t, got, map[string]float64{
 		"idem.consumer.deliveries{idem.consumer=a,idem.outcome=processed}":     2,
 		"idem.consumer.deliveries{idem.consumer=b,idem.outcome=processed}":     1,
 		"idem.consumer.deliveries{idem.consumer=other,idem.outcome=processed}": 2,
@@ -686,80 +605,11 @@ func TestMaxLabelValuesBoundsConsumers(t *testing.T) {
 	}
 }
 
-// fakeInbox is an inbox backend in memory, just enough for Worker.RunOnce:
-// Claim hands out the queued rows, Complete runs the handler unless the row
-// is marked lost.
-type fakeInbox struct {
-	inbox.Backend[struct{}] // the admin and receive methods are not called
-	mu                      sync.Mutex
-	rows                    []inbox.Row
-	lost                    map[int64]bool
-}
-
-func (b *fakeInbox) Claim(_ context.Context, req inbox.ClaimRequest) ([]inbox.Row, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := min(req.Limit, len(b.rows))
-	out := b.rows[:n]
-	b.rows = b.rows[n:]
-	return out, nil
-}
-
-func (b *fakeInbox) Complete(ctx context.Context, l inbox.Lease, fn func(context.Context, struct{}) error) error {
-	if b.lost[l.ID] {
-		return fmt.Errorf("fake: row %d: %w", l.ID, idem.ErrLeaseLost)
-	}
-	return fn(ctx, struct{}{})
-}
-
-func (b *fakeInbox) Fail(context.Context, inbox.FailRequest) error { return nil }
-
-func (b *fakeInbox) Extend(_ context.Context, ls []inbox.Lease, _ time.Duration) ([]int64, error) {
-	ids := make([]int64, len(ls))
-	for i, l := range ls {
-		ids[i] = l.ID
-	}
-	return ids, nil
-}
-
-func (b *fakeInbox) Release(_ context.Context, ls []inbox.Lease) (int64, error) {
-	return int64(len(ls)), nil
-}
-
 func TestInboxHookWithRealWorker(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	row := func(id int64, typ string, attempts int) inbox.Row {
-		return inbox.Row{ID: id, Source: "orders", MessageID: fmt.Sprintf("msg-%d", id), Type: typ,
-			OrderingKey: "customer-secret", Attempts: attempts, Token: 7}
-	}
-	b := &fakeInbox{
-		rows: []inbox.Row{
-			row(1, "order.created", 0), row(2, "order.failing", 0), row(3, "order.permanent", 0),
-			row(4, "order.created", 0), row(5, "order.unknown", 0), row(6, "order.failing", 2),
-		},
-		lost: map[int64]bool{4: true},
-	}
 	var events []inbox.Event
-	w, err := inbox.NewWorker[struct{}](b, &inbox.Config{
-		Retry:   &retry.Policy{MaxAttempts: 3},
-		Logger:  quiet,
-		OnEvent: MultiInboxHook(r.tel.InboxHook(), func(ev inbox.Event) { events = append(events, ev) }),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(w.Handle("order.created", func(context.Context, struct{}, inbox.Message) error { return nil }))
-	must(w.Handle("order.failing", func(context.Context, struct{}, inbox.Message) error { return errors.New("smtp down") }))
-	must(w.Handle("order.permanent", func(context.Context, struct{}, inbox.Message) error {
-		return retry.Permanent(errors.New("bad address"))
-	}))
+	w := hooktest.NewWorker(t, MultiInboxHook(r.tel.InboxHook(), func(ev inbox.Event) { events = append(events, ev) }))
 	before := time.Now()
 	if n, err := w.RunOnce(context.Background()); err != nil || n != 6 {
 		t.Fatalf("RunOnce: %d, %v", n, err)
@@ -777,7 +627,7 @@ func TestInboxHookWithRealWorker(t *testing.T) {
 	run := func(typ, outcome string) string {
 		return "idem.inbox.runs{idem.inbox.type=" + typ + ",idem.outcome=" + outcome + "}"
 	}
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		run("order.created", "processed"):                                          1,
 		run("order.created", "lease_lost"):                                         1,
 		run("order.failing", "retried"):                                            1,
@@ -817,19 +667,9 @@ func TestInboxHookWithRealWorker(t *testing.T) {
 func TestInboxHook(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, &Options{MaxLabelValues: 3})
-	hook := r.tel.InboxHook()
-	msg := func(typ string) inbox.Message {
-		return inbox.Message{Source: "orders-secret", ID: "msg-secret", Type: typ, OrderingKey: "customer-secret"}
-	}
-	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Processed, Duration: 3 * time.Millisecond})
-	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Processed, Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Retried, Err: errors.New("x"), Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Dead, Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Released}) // did not run: not timed
-	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Outcome(99), Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("order.shipped"), Outcome: inbox.LeaseLost, Err: idem.ErrLeaseLost})
-	hook(inbox.Event{Message: msg("spam.1"), Outcome: inbox.Processed, Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("spam.2"), Outcome: inbox.Processed, Duration: time.Millisecond})
+	// The released row did not run, and the lease was lost before the
+	// run: neither is timed.
+	hooktest.DriveInbox(r.tel.InboxHook())
 
 	got := r.points(t)
 	run := func(typ, outcome string) string {
@@ -838,7 +678,7 @@ func TestInboxHook(t *testing.T) {
 	dur := func(typ, outcome string) string {
 		return "idem.inbox.run.duration{idem.inbox.type=" + typ + ",idem.outcome=" + outcome + "}"
 	}
-	wantPoints(t, got, map[string]float64{
+	hooktest.WantCounts(t, got, map[string]float64{
 		run("order.created", "processed"): 2, run("order.created", "retried"): 1,
 		run("order.paid", "dead"): 1, run("order.paid", "released"): 1, run("order.paid", "other"): 1,
 		run("order.shipped", "lease_lost"): 1, run("other", "processed"): 2,
@@ -898,29 +738,11 @@ func TestInboxStatusMapping(t *testing.T) {
 	}
 }
 
-// serveIdem runs the real idemhttp middleware under a ServeMux pattern,
-// inside a server span as otelhttp would start it.
+// serveIdem runs the real idemhttp middleware under a ServeMux pattern
+// (hooktest.ServeIdem), inside a server span as otelhttp would start it.
 func serveIdem(t *testing.T, r *rig) (http.Handler, *[]trace.SpanContext) {
 	t.Helper()
-	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
-		Principal:       idemhttp.PrincipalFromHeader("X-User"),
-		RequireKey:      true,
-		AllowNonDurable: true,
-		OnRequest:       r.tel.HTTPHook(),
-		Logger:          quiet,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("POST /accounts/{account}/payments", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Fail") != "" {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, `{"ok":true}`)
-	})))
+	mux := hooktest.ServeIdem(t, r.tel.HTTPHook())
 	var servers []trace.SpanContext
 	tracer := r.tp.Tracer("server")
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -931,49 +753,12 @@ func serveIdem(t *testing.T, r *rig) (http.Handler, *[]trace.SpanContext) {
 	}), &servers
 }
 
-func post(t *testing.T, h http.Handler, key, body string, fail bool) int {
-	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, "/accounts/acct-secret-42/payments", strings.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set("X-User", "alice-secret")
-	if key != "" {
-		r.Header.Set("Idempotency-Key", key)
-	}
-	if fail {
-		r.Header.Set("X-Fail", "1")
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w.Code
-}
-
-// driveHTTP sends requests whose outcomes are, in order: executed,
-// replayed, mismatch, rejected, released.
-func driveHTTP(t *testing.T, h http.Handler) {
-	t.Helper()
-	for _, c := range []struct {
-		key, body string
-		fail      bool
-		want      int
-	}{
-		{`"key-secret-1"`, `{"a":1}`, false, http.StatusCreated},
-		{`"key-secret-1"`, `{"a":1}`, false, http.StatusCreated}, // replayed
-		{`"key-secret-1"`, `{"a":2}`, false, http.StatusUnprocessableEntity},
-		{"", `{"a":1}`, false, http.StatusBadRequest},
-		{`"key-secret-2"`, `{"a":1}`, true, http.StatusServiceUnavailable}, // released
-	} {
-		if got := post(t, h, c.key, c.body, c.fail); got != c.want {
-			t.Fatalf("key %s: status %d, want %d", c.key, got, c.want)
-		}
-	}
-}
-
 func TestHTTPHookWithRealMiddleware(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	h, servers := serveIdem(t, r)
 	before := time.Now()
-	driveHTTP(t, h)
+	hooktest.DriveHTTP(t, h)
 	after := time.Now()
 
 	req := func(outcome, class string) string {
@@ -986,7 +771,7 @@ func TestHTTPHookWithRealMiddleware(t *testing.T) {
 		"idem.http.request.duration{idem.outcome=executed}": 1,
 		"idem.http.request.duration{idem.outcome=replayed}": 1,
 	}
-	wantPoints(t, got, want)
+	hooktest.WantCounts(t, got, want)
 	for k := range got {
 		if strings.HasPrefix(k, "idem.http.requests{") && want[k] == 0 {
 			t.Errorf("unexpected series %s", k)
@@ -1061,7 +846,7 @@ func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, &Options{HTTPRoute: true})
 	h, _ := serveIdem(t, r)
-	driveHTTP(t, h)
+	hooktest.DriveHTTP(t, h)
 	// A middleware outside any mux sees no pattern.
 	r.tel.HTTPHook()(httptest.NewRequest(http.MethodPut, "/raw-secret", nil), idemhttp.Event{Key: "k", Outcome: idemhttp.OutcomeExecuted, Status: 200})
 	r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200})
@@ -1069,7 +854,7 @@ func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
 	odd.Pattern = "example.com/pots/{pot}"
 	r.tel.HTTPHook()(odd, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200})
 	const route = "http.route=/accounts/{account}/payments"
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.http.requests{http.request.method=POST," + route + ",idem.http.status_class=2xx,idem.outcome=executed}":            1,
 		"idem.http.requests{http.request.method=PUT,idem.http.status_class=2xx,idem.outcome=executed}":                           1,
 		"idem.http.requests{http.request.method=_OTHER,idem.http.status_class=2xx,idem.outcome=executed}":                        1,
@@ -1087,7 +872,7 @@ func TestHTTPRoutesAreBounded(t *testing.T) {
 		req.Pattern = p
 		r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 201})
 	}
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.http.requests{http.request.method=POST,http.route=/a,idem.http.status_class=2xx,idem.outcome=executed}":    2,
 		"idem.http.requests{http.request.method=POST,http.route=other,idem.http.status_class=2xx,idem.outcome=executed}": 1,
 	})
@@ -1104,7 +889,7 @@ func TestHTTPUnknownValuesAreOther(t *testing.T) {
 	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomePanic, Status: 0})
 	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomeError, Status: 600})
 	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomeInFlight, Status: 100})
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.http.requests{idem.http.status_class=2xx,idem.outcome=other}":     1,
 		"idem.http.requests{idem.http.status_class=other,idem.outcome=panic}":   1,
 		"idem.http.requests{idem.http.status_class=other,idem.outcome=error}":   1,
@@ -1162,30 +947,15 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 		events = append(events, ev)
 	}
 	store := idemtest.NewMemoryStore(nil)
-	g := idem.NewGuard(store, &idem.GuardConfig{OnDo: MultiGuardHook(r.tel.GuardHook("gateway"), keep), Logger: quiet})
-	call := func(key, body string) idem.Call {
-		return idem.Call{Scope: "secret-scope", Key: key, Fingerprint: idem.FingerprintBytes([]byte(body))}
-	}
-	ok := func(context.Context, idem.Run) ([]byte, error) { return []byte("charged"), nil }
+	g := hooktest.NewGuard(store, MultiGuardHook(r.tel.GuardHook("gateway"), keep))
 	ctx, caller := r.tp.Tracer("app").Start(context.Background(), "charge")
 	before := time.Now()
-	for range 3 {
-		if _, err := g.Do(ctx, call("secret-key-1", "a"), ok); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := g.Do(ctx, call("secret-key-1", "b"), ok); !errors.Is(err, idem.ErrFingerprintMismatch) {
-		t.Fatalf("mismatch = %v", err)
-	}
-	boom := errors.New("boom")
-	if _, err := g.Do(ctx, call("secret-key-2", "a"), func(context.Context, idem.Run) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("failure = %v", err)
-	}
+	hooktest.DriveGuard(t, ctx, g) // executed, replayed, replayed, mismatch, failed
 	declined := idem.Final(errors.New("card declined"))
-	if _, err := g.Do(ctx, call("secret-key-3", "a"), func(context.Context, idem.Run) ([]byte, error) { return nil, declined }); err == nil {
+	if _, err := g.Do(ctx, hooktest.Call("secret-key-3", "a"), func(context.Context, idem.Run) ([]byte, error) { return nil, declined }); err == nil {
 		t.Fatal("a Final error was not returned")
 	}
-	if _, err := g.Do(ctx, call("", "a"), ok); err == nil {
+	if _, err := g.Do(ctx, hooktest.Call("", "a"), hooktest.Charge); err == nil {
 		t.Fatal("an empty key was accepted")
 	}
 	func() {
@@ -1194,13 +964,13 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 				t.Fatal("the panic did not go on")
 			}
 		}()
-		g.Do(ctx, call("secret-key-4", "a"), func(context.Context, idem.Run) ([]byte, error) { panic("bug") })
+		g.Do(ctx, hooktest.Call("secret-key-4", "a"), func(context.Context, idem.Run) ([]byte, error) { panic("bug") })
 	}()
 	after := time.Now()
 	caller.End()
 	// A second guard name is past MaxLabelValues: "other" in metrics.
-	g2 := idem.NewGuard(store, &idem.GuardConfig{OnDo: r.tel.GuardHook("second"), Logger: quiet})
-	if _, err := g2.Do(context.Background(), call("secret-key-5", "a"), ok); err != nil {
+	g2 := hooktest.NewGuard(store, r.tel.GuardHook("second"))
+	if _, err := g2.Do(context.Background(), hooktest.Call("secret-key-5", "a"), hooktest.Charge); err != nil {
 		t.Fatal(err)
 	}
 	r.tel.GuardHook("gateway")(context.Background(), idem.DoEvent{Outcome: "brand_new"})
@@ -1208,7 +978,7 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 	calls := func(guard, outcome string) string {
 		return "idem.guard.calls{idem.guard=" + guard + ",idem.outcome=" + outcome + "}"
 	}
-	wantPoints(t, r.points(t), map[string]float64{
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		calls("gateway", "executed"): 2, calls("gateway", "replayed"): 2, calls("gateway", "mismatch"): 1,
 		calls("gateway", "failed"): 1, calls("gateway", "rejected"): 1, calls("gateway", "panic"): 1,
 		calls("gateway", "other"): 1, calls("other", "executed"): 1,
@@ -1295,7 +1065,7 @@ func TestRecordKeys(t *testing.T) {
 	r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: "t", ID: "m2", OrderingKey: "customer-secret"}, Outcome: inbox.Processed})
 	r.tel.GuardHook("g")(context.Background(), idem.DoEvent{Scope: "tenant-secret", Key: "guard-secret-1", Outcome: idem.DoExecuted})
 	h, _ := serveIdem(t, r)
-	post(t, h, `"key-secret-1"`, `{}`, false)
+	hooktest.Post(t, h, `"key-secret-1"`, `{}`, false)
 
 	if got := str(r.ended("idem.consume")[0], attrKey); got != "order-secret-1" {
 		t.Errorf("consume key %q", got)
@@ -1348,22 +1118,10 @@ func TestConcurrentHooks(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, &Options{MaxLabelValues: 8, HTTPRoute: true})
 	const goroutines, each = 48, 20
-	var wg sync.WaitGroup
-	for i := range goroutines {
-		wg.Go(func() {
-			consumer := fmt.Sprintf("c%d", i%16) // half of them beyond the bound
-			req := httptest.NewRequest(http.MethodPost, "/", nil)
-			req.Pattern = fmt.Sprintf("POST /r%d", i%16)
-			guard := r.tel.GuardHook(consumer)
-			for range each {
-				guard(context.Background(), idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.DoExecuted, Duration: time.Millisecond})
-				r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: consumer, Outcome: consume.OutcomeRetried, Err: errors.New("x"), Duration: time.Millisecond})
-				r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: consumer}, Outcome: inbox.Processed, Duration: time.Millisecond})
-				r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 201, Latency: time.Millisecond})
-			}
-		})
-	}
-	wg.Wait()
+	// Half of the 16 consumer names and routes are beyond the bound.
+	hooktest.ReportConcurrently(goroutines, each, hooktest.Hooks{
+		Consume: r.tel.ConsumeHooks(), Inbox: r.tel.InboxHook(), HTTP: r.tel.HTTPHook(), Guard: r.tel.GuardHook,
+	})
 	var deliveries, runs, requests, guardCalls float64
 	consumers, routes := map[string]bool{}, map[string]bool{}
 	for k, v := range r.points(t) {

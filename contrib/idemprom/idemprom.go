@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/internal/hooklabel"
 )
 
 // DefaultNamespace prefixes every metric name unless [Options.Namespace]
@@ -25,9 +24,9 @@ const DefaultNamespace = "idem"
 // otherwise.
 const DefaultMaxLabelValues = 100
 
-// Other replaces a label value outside its fixed set, or beyond the
-// [Options.MaxLabelValues] bound.
-const Other = "other"
+// Other ("other") replaces a label value outside its fixed set, or beyond
+// the [Options.MaxLabelValues] bound.
+const Other = hooklabel.Other
 
 // Options configures [New]. A nil *Options means the defaults.
 type Options struct {
@@ -72,7 +71,7 @@ type Metrics struct {
 	guardCalls   *prometheus.CounterVec
 	guardSeconds *prometheus.HistogramVec
 
-	consumers, types, routes, guards *boundedSet
+	consumers, types, routes, guards *hooklabel.Set
 }
 
 // New creates the collectors and registers them with reg. It fails, and
@@ -142,10 +141,10 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"Calls of idem.Guard.Do, by guard name and outcome.", "guard", "outcome"),
 		guardSeconds: histogram("guard", "call_seconds",
 			"Time an idem.Guard.Do call took, by guard name and outcome.", "guard", "outcome"),
-		consumers: newBoundedSet(o.MaxLabelValues),
-		types:     newBoundedSet(o.MaxLabelValues),
-		routes:    newBoundedSet(o.MaxLabelValues),
-		guards:    newBoundedSet(o.MaxLabelValues),
+		consumers: hooklabel.NewSet(o.MaxLabelValues),
+		types:     hooklabel.NewSet(o.MaxLabelValues),
+		routes:    hooklabel.NewSet(o.MaxLabelValues),
+		guards:    hooklabel.NewSet(o.MaxLabelValues),
 	}
 	collectors := []prometheus.Collector{
 		m.deliveries, m.handle, m.deadLetters, m.infraRetries,
@@ -180,40 +179,20 @@ func validNamespace(ns string) bool {
 	return true
 }
 
-// consumeOutcomes are the outcome label values of the consumer metrics.
-var consumeOutcomes = []consume.Outcome{
-	consume.OutcomeProcessed, consume.OutcomeDuplicate, consume.OutcomeRetried,
-	consume.OutcomeDeadLettered, consume.OutcomeRequeued, consume.OutcomeAbandoned,
-}
-
-var deadLetterReasons = map[string]bool{
-	consume.ReasonMaxAttempts: true, consume.ReasonPermanent: true, consume.ReasonIDConflict: true,
-	consume.ReasonMissingID: true, consume.ReasonInvalidID: true,
-}
-
 // consumerLabel returns the bounded label for a consumer name and, the first
 // time it is seen, creates its delivery and dead-letter series at zero:
 // increase() cannot see a counter's first increment if the series only
 // appears with it.
 func (m *Metrics) consumerLabel(name string) string {
-	label, first := m.consumers.label(name)
+	label, first := m.consumers.Label(name)
 	if first {
-		for _, o := range consumeOutcomes {
+		for _, o := range hooklabel.ConsumeOutcomes() {
 			m.deliveries.WithLabelValues(label, o.String())
 		}
 		m.deadLetters.WithLabelValues(label, consume.ReasonMaxAttempts)
 		m.infraRetries.WithLabelValues(label)
 	}
 	return label
-}
-
-func consumeOutcome(o consume.Outcome) string {
-	for _, known := range consumeOutcomes {
-		if o == known {
-			return o.String()
-		}
-	}
-	return Other
 }
 
 // ConsumeHooks returns hooks for consume.Config.Hooks. The message id and
@@ -224,25 +203,17 @@ func (m *Metrics) ConsumeHooks() consume.Hooks {
 
 func (m *Metrics) onDelivery(_ context.Context, ev consume.Event) {
 	consumer := m.consumerLabel(ev.Consumer)
-	outcome := consumeOutcome(ev.Outcome)
+	outcome := hooklabel.ConsumeOutcome(ev.Outcome)
 	m.deliveries.WithLabelValues(consumer, outcome).Inc()
 	m.handle.WithLabelValues(consumer, outcome).Observe(ev.Duration.Seconds())
 	switch ev.Outcome {
 	case consume.OutcomeDeadLettered:
-		reason := Other
-		if deadLetterReasons[ev.Reason] {
-			reason = ev.Reason
-		}
-		m.deadLetters.WithLabelValues(consumer, reason).Inc()
+		m.deadLetters.WithLabelValues(consumer, hooklabel.DeadLetterReason(ev.Reason)).Inc()
 	case consume.OutcomeRetried:
 		if ev.Infrastructure {
 			m.infraRetries.WithLabelValues(consumer).Inc()
 		}
 	}
-}
-
-var inboxOutcomes = map[inbox.Outcome]bool{
-	inbox.Processed: true, inbox.Retried: true, inbox.Dead: true, inbox.LeaseLost: true, inbox.Released: true,
 }
 
 // InboxHook returns a function for inbox.Config.OnEvent. The event type is
@@ -254,31 +225,12 @@ func (m *Metrics) InboxHook() func(inbox.Event) {
 }
 
 func (m *Metrics) onInbox(ev inbox.Event) {
-	typ, _ := m.types.label(ev.Message.Type)
-	outcome := Other
-	if inboxOutcomes[ev.Outcome] {
-		outcome = ev.Outcome.String()
-	}
+	typ, _ := m.types.Label(ev.Message.Type)
+	outcome := hooklabel.InboxOutcome(ev.Outcome)
 	m.inboxRuns.WithLabelValues(typ, outcome).Inc()
 	if ev.Duration > 0 {
 		m.inboxSeconds.WithLabelValues(typ, outcome).Observe(ev.Duration.Seconds())
 	}
-}
-
-var httpOutcomes = map[idemhttp.Outcome]bool{
-	idemhttp.OutcomeExecuted: true, idemhttp.OutcomeReleased: true, idemhttp.OutcomeReplayed: true,
-	idemhttp.OutcomeInFlight: true, idemhttp.OutcomeMismatch: true, idemhttp.OutcomeDiscarded: true,
-	idemhttp.OutcomeRejected: true, idemhttp.OutcomeError: true, idemhttp.OutcomePanic: true,
-	idemhttp.OutcomeTombstone: true, idemhttp.OutcomeCanceled: true,
-}
-
-var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
-
-func statusClass(status int) string {
-	if status < 100 || status > 599 {
-		return Other
-	}
-	return statusClasses[status/100-1]
 }
 
 // HTTPHook returns a function for idemhttp.Config.OnRequest. The
@@ -289,11 +241,8 @@ func (m *Metrics) HTTPHook() func(*http.Request, idemhttp.Event) {
 }
 
 func (m *Metrics) onHTTP(r *http.Request, ev idemhttp.Event) {
-	outcome := Other
-	if httpOutcomes[ev.Outcome] {
-		outcome = string(ev.Outcome)
-	}
-	class := statusClass(ev.Status)
+	outcome := hooklabel.HTTPOutcome(ev.Outcome)
+	class := hooklabel.StatusClass(ev.Status)
 	if !m.route {
 		m.httpRequests.WithLabelValues(outcome, class).Inc()
 		m.httpSeconds.WithLabelValues(outcome).Observe(ev.Latency.Seconds())
@@ -301,16 +250,10 @@ func (m *Metrics) onHTTP(r *http.Request, ev idemhttp.Event) {
 	}
 	route := "none"
 	if r != nil && r.Pattern != "" {
-		route, _ = m.routes.label(r.Pattern)
+		route, _ = m.routes.Label(r.Pattern)
 	}
 	m.httpRequests.WithLabelValues(outcome, class, route).Inc()
 	m.httpSeconds.WithLabelValues(outcome, route).Observe(ev.Latency.Seconds())
-}
-
-var guardOutcomes = map[idem.DoOutcome]bool{
-	idem.DoExecuted: true, idem.DoReplayed: true, idem.DoFailed: true, idem.DoInProgress: true,
-	idem.DoMismatch: true, idem.DoLeaseLost: true, idem.DoPanic: true, idem.DoRejected: true,
-	idem.DoError: true,
 }
 
 // GuardHook returns a function for idem.GuardConfig.OnDo that reports the
@@ -318,49 +261,10 @@ var guardOutcomes = map[idem.DoOutcome]bool{
 // give each Guard its own name ("payments-gateway"). The scope and key are
 // never labels.
 func (m *Metrics) GuardHook(name string) func(context.Context, idem.DoEvent) {
-	label, _ := m.guards.label(name)
+	label, _ := m.guards.Label(name)
 	return func(_ context.Context, ev idem.DoEvent) {
-		outcome := Other
-		if guardOutcomes[ev.Outcome] {
-			outcome = string(ev.Outcome)
-		}
+		outcome := hooklabel.GuardOutcome(ev.Outcome)
 		m.guardCalls.WithLabelValues(label, outcome).Inc()
 		m.guardSeconds.WithLabelValues(label, outcome).Observe(ev.Duration.Seconds())
 	}
-}
-
-// boundedSet admits at most max distinct label values; later ones become
-// [Other], so a misbehaving producer cannot create unbounded series.
-type boundedSet struct {
-	max  int
-	mu   sync.RWMutex
-	seen map[string]struct{}
-}
-
-func newBoundedSet(max int) *boundedSet {
-	return &boundedSet{max: max, seen: make(map[string]struct{})}
-}
-
-// label returns the value to use for v, and whether v was admitted just now.
-func (s *boundedSet) label(v string) (string, bool) {
-	// Prometheus panics on invalid UTF-8, and "" reads as a missing label.
-	if v == "" || !utf8.ValidString(v) {
-		return Other, false
-	}
-	s.mu.RLock()
-	_, ok := s.seen[v]
-	s.mu.RUnlock()
-	if ok {
-		return v, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.seen[v]; ok {
-		return v, false
-	}
-	if len(s.seen) >= s.max {
-		return Other, false
-	}
-	s.seen[v] = struct{}{}
-	return v, true
 }

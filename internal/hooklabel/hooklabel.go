@@ -1,0 +1,145 @@
+// Package hooklabel turns what idem's hooks report into metric label
+// values that cannot grow without bound: the outcomes of consume.Hooks,
+// inbox.Config.OnEvent, idemhttp.Config.OnRequest and
+// idem.GuardConfig.OnDo, HTTP status classes, and free-form names
+// (consumers, event types, routes, guard names) capped by a [Set].
+//
+// contrib/idemprom and contrib/idemotel both label their metrics with it,
+// so that the two report the same values for the same events. A value a
+// metrics module does not know, such as an outcome added to idem after the
+// module was built, becomes [Other] rather than a new series.
+package hooklabel
+
+import (
+	"sync"
+	"unicode/utf8"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/inbox"
+)
+
+// Other replaces a label value outside its fixed set, an empty or invalid
+// one, or one beyond a [Set]'s cap.
+const Other = "other"
+
+// consumeOutcomes is in the order consume declares them.
+var consumeOutcomes = [...]consume.Outcome{
+	consume.OutcomeProcessed, consume.OutcomeDuplicate, consume.OutcomeRetried,
+	consume.OutcomeDeadLettered, consume.OutcomeRequeued, consume.OutcomeAbandoned,
+}
+
+// ConsumeOutcomes returns the consume outcomes that [ConsumeOutcome] knows,
+// for creating a consumer's delivery series at zero. The slice is new on
+// each call.
+func ConsumeOutcomes() []consume.Outcome {
+	return append([]consume.Outcome(nil), consumeOutcomes[:]...)
+}
+
+// ConsumeOutcome returns the label value of a delivery's outcome.
+func ConsumeOutcome(o consume.Outcome) string {
+	for _, known := range consumeOutcomes {
+		if o == known {
+			return o.String()
+		}
+	}
+	return Other
+}
+
+// DeadLetterReason returns the label value of a dead-letter reason: one of
+// the consume.Reason constants, else [Other].
+func DeadLetterReason(reason string) string {
+	switch reason {
+	case consume.ReasonMaxAttempts, consume.ReasonPermanent, consume.ReasonIDConflict,
+		consume.ReasonMissingID, consume.ReasonInvalidID:
+		return reason
+	}
+	return Other
+}
+
+// InboxOutcome returns the label value of an inbox run's outcome.
+func InboxOutcome(o inbox.Outcome) string {
+	switch o {
+	case inbox.Processed, inbox.Retried, inbox.Dead, inbox.LeaseLost, inbox.Released:
+		return o.String()
+	}
+	return Other
+}
+
+// HTTPOutcome returns the label value of an idemhttp request's outcome.
+func HTTPOutcome(o idemhttp.Outcome) string {
+	switch o {
+	case idemhttp.OutcomeExecuted, idemhttp.OutcomeReleased, idemhttp.OutcomeReplayed,
+		idemhttp.OutcomeInFlight, idemhttp.OutcomeMismatch, idemhttp.OutcomeDiscarded,
+		idemhttp.OutcomeRejected, idemhttp.OutcomeError, idemhttp.OutcomePanic,
+		idemhttp.OutcomeTombstone, idemhttp.OutcomeCanceled:
+		return string(o)
+	}
+	return Other
+}
+
+// GuardOutcome returns the label value of a Guard.Do call's outcome.
+func GuardOutcome(o idem.DoOutcome) string {
+	switch o {
+	case idem.DoExecuted, idem.DoReplayed, idem.DoFailed, idem.DoInProgress,
+		idem.DoMismatch, idem.DoLeaseLost, idem.DoPanic, idem.DoRejected, idem.DoError:
+		return string(o)
+	}
+	return Other
+}
+
+var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// StatusClass returns "1xx" to "5xx" for an HTTP status code, else [Other]
+// (0 when no response was written, or a code out of range).
+func StatusClass(status int) string {
+	if status < 100 || status > 599 {
+		return Other
+	}
+	return statusClasses[status/100-1]
+}
+
+// Set admits at most a fixed number of distinct label values; later ones
+// become [Other], so that a misbehaving producer (event types from a
+// partner, consumer names built from input) cannot create unbounded
+// series. It is safe for concurrent use.
+type Set struct {
+	limit int
+	mu    sync.RWMutex
+	seen  map[string]struct{}
+}
+
+// NewSet returns a Set that admits up to limit values (none when limit is
+// zero or less).
+func NewSet(limit int) *Set {
+	return &Set{limit: limit, seen: make(map[string]struct{})}
+}
+
+// Label returns the label value for v: v itself if it is admitted, else
+// [Other]. first is true for the one call that admitted v, so that the
+// caller can create v's series at zero exactly once. An empty value or
+// invalid UTF-8 is [Other] and never admitted: Prometheus panics on
+// invalid UTF-8, OpenTelemetry exporters drop the batch, and an empty
+// value reads as a missing label.
+func (s *Set) Label(v string) (label string, first bool) {
+	if v == "" || !utf8.ValidString(v) {
+		return Other, false
+	}
+	s.mu.RLock()
+	_, ok := s.seen[v]
+	s.mu.RUnlock()
+	if ok {
+		return v, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[v]; ok {
+		return v, false
+	}
+	if len(s.seen) >= s.limit {
+		return Other, false
+	}
+	s.seen[v] = struct{}{}
+	return v, true
+}

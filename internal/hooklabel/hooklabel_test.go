@@ -1,0 +1,269 @@
+package hooklabel
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/inbox"
+)
+
+// wantLabels fails t for each input of want that label maps to another
+// value.
+func wantLabels[T comparable](t *testing.T, name string, label func(T) string, want map[T]string) {
+	t.Helper()
+	for in, w := range want {
+		if got := label(in); got != w {
+			t.Errorf("%s(%#v) = %q, want %q", name, in, got, w)
+		}
+	}
+}
+
+func TestConsumeOutcome(t *testing.T) {
+	t.Parallel()
+	wantLabels(t, "ConsumeOutcome", ConsumeOutcome, map[consume.Outcome]string{
+		consume.OutcomeProcessed:    "processed",
+		consume.OutcomeDuplicate:    "duplicate",
+		consume.OutcomeRetried:      "retried",
+		consume.OutcomeDeadLettered: "dead_lettered",
+		consume.OutcomeRequeued:     "requeued",
+		consume.OutcomeAbandoned:    "abandoned",
+		0:                           Other,
+		-1:                          Other,
+		42:                          Other,
+	})
+}
+
+// TestConsumeOutcomesAreComplete fails when consume gains an outcome that
+// the label set does not know: it would be reported as "other".
+func TestConsumeOutcomesAreComplete(t *testing.T) {
+	t.Parallel()
+	var named []consume.Outcome
+	for o := consume.Outcome(-2); o < 64; o++ {
+		if !strings.HasPrefix(o.String(), "Outcome(") {
+			named = append(named, o)
+		}
+	}
+	if got := ConsumeOutcomes(); !slices.Equal(got, named) {
+		t.Fatalf("ConsumeOutcomes() = %v, consume names %v", got, named)
+	}
+	for _, o := range named {
+		if ConsumeOutcome(o) == Other {
+			t.Errorf("%v is reported as %q", o, Other)
+		}
+	}
+}
+
+func TestConsumeOutcomesIsACopy(t *testing.T) {
+	t.Parallel()
+	ConsumeOutcomes()[0] = 42
+	if ConsumeOutcomes()[0] != consume.OutcomeProcessed {
+		t.Fatal("a caller changed the known outcomes")
+	}
+}
+
+func TestDeadLetterReason(t *testing.T) {
+	t.Parallel()
+	wantLabels(t, "DeadLetterReason", DeadLetterReason, map[string]string{
+		consume.ReasonMaxAttempts: "max_attempts",
+		consume.ReasonPermanent:   "permanent",
+		consume.ReasonIDConflict:  "id_conflict",
+		consume.ReasonMissingID:   "missing_id",
+		consume.ReasonInvalidID:   "invalid_id",
+		"":                        Other,
+		"something new":           Other,
+		"Permanent":               Other,
+		"\xff":                    Other,
+	})
+}
+
+func TestInboxOutcome(t *testing.T) {
+	t.Parallel()
+	wantLabels(t, "InboxOutcome", InboxOutcome, map[inbox.Outcome]string{
+		inbox.Processed: "processed",
+		inbox.Retried:   "retried",
+		inbox.Dead:      "dead",
+		inbox.LeaseLost: "lease_lost",
+		inbox.Released:  "released",
+		0:               Other,
+		99:              Other,
+	})
+}
+
+// TestInboxOutcomesAreComplete fails when inbox gains an outcome that the
+// label set does not know.
+func TestInboxOutcomesAreComplete(t *testing.T) {
+	t.Parallel()
+	for o := inbox.Outcome(-2); o < 64; o++ {
+		named := !strings.HasPrefix(o.String(), "Outcome(")
+		if known := InboxOutcome(o) != Other; known != named {
+			t.Errorf("%v: known %v, named by inbox %v", o, known, named)
+		}
+	}
+}
+
+func TestHTTPOutcome(t *testing.T) {
+	t.Parallel()
+	wantLabels(t, "HTTPOutcome", HTTPOutcome, map[idemhttp.Outcome]string{
+		idemhttp.OutcomeExecuted:  "executed",
+		idemhttp.OutcomeReleased:  "released",
+		idemhttp.OutcomeReplayed:  "replayed",
+		idemhttp.OutcomeInFlight:  "in_flight",
+		idemhttp.OutcomeMismatch:  "mismatch",
+		idemhttp.OutcomeDiscarded: "discarded",
+		idemhttp.OutcomeRejected:  "rejected",
+		idemhttp.OutcomeError:     "error",
+		idemhttp.OutcomePanic:     "panic",
+		idemhttp.OutcomeTombstone: "tombstoned",
+		idemhttp.OutcomeCanceled:  "canceled",
+		"":                        Other,
+		"brand_new":               Other,
+		"Executed":                Other,
+		"\xff":                    Other,
+	})
+}
+
+func TestGuardOutcome(t *testing.T) {
+	t.Parallel()
+	wantLabels(t, "GuardOutcome", GuardOutcome, map[idem.DoOutcome]string{
+		idem.DoExecuted:   "executed",
+		idem.DoReplayed:   "replayed",
+		idem.DoFailed:     "failed",
+		idem.DoInProgress: "in_progress",
+		idem.DoMismatch:   "mismatch",
+		idem.DoLeaseLost:  "lease_lost",
+		idem.DoPanic:      "panic",
+		idem.DoRejected:   "rejected",
+		idem.DoError:      "error",
+		"":                Other,
+		"brand_new":       Other,
+		"\xff":            Other,
+	})
+}
+
+func TestStatusClass(t *testing.T) {
+	t.Parallel()
+	wantLabels(t, "StatusClass", StatusClass, map[int]string{
+		-200: Other, 0: Other, 99: Other,
+		100: "1xx", 199: "1xx", 200: "2xx", 201: "2xx", 304: "3xx",
+		400: "4xx", 422: "4xx", 499: "4xx", 500: "5xx", 599: "5xx",
+		600: Other, 1000: Other,
+	})
+}
+
+func TestSetCapsValues(t *testing.T) {
+	t.Parallel()
+	s := NewSet(2)
+	type result struct {
+		label string
+		first bool
+	}
+	for i, c := range []struct {
+		v    string
+		want result
+	}{
+		{"a", result{"a", true}},
+		{"a", result{"a", false}},
+		{"b", result{"b", true}},
+		{"c", result{Other, false}}, // beyond the cap
+		{"c", result{Other, false}},
+		{"b", result{"b", false}}, // admitted values stay admitted
+		{"a", result{"a", false}},
+		{"", result{Other, false}},
+		{"\xff", result{Other, false}},
+		{"caf\xc3", result{Other, false}}, // a cut multi-byte rune
+	} {
+		label, first := s.Label(c.v)
+		if got := (result{label, first}); got != c.want {
+			t.Errorf("call %d: Label(%q) = %+v, want %+v", i, c.v, got, c.want)
+		}
+	}
+}
+
+func TestSetRejectsEmptyAndInvalidBeforeTheCap(t *testing.T) {
+	t.Parallel()
+	s := NewSet(1)
+	for _, v := range []string{"", "\xff", "a\x80b", "\xed\xa0\x80"} { // the last is a UTF-16 surrogate
+		if label, first := s.Label(v); label != Other || first {
+			t.Errorf("Label(%q) = %q, %v", v, label, first)
+		}
+	}
+	// None of them took the only place.
+	if label, first := s.Label("é"); label != "é" || !first {
+		t.Fatalf("Label(é) = %q, %v after invalid values", label, first)
+	}
+}
+
+func TestSetWithoutRoom(t *testing.T) {
+	t.Parallel()
+	for _, limit := range []int{0, -1} {
+		if label, first := NewSet(limit).Label("a"); label != Other || first {
+			t.Errorf("NewSet(%d).Label(a) = %q, %v", limit, label, first)
+		}
+	}
+}
+
+// TestSetConcurrent has many goroutines race for more values than the cap:
+// each value is admitted at most once, exactly limit values are admitted,
+// and every call agrees on whether a value was admitted. Run with -race.
+func TestSetConcurrent(t *testing.T) {
+	t.Parallel()
+	const goroutines, values, limit = 64, 40, 16
+	s := NewSet(limit)
+	var (
+		mu       sync.Mutex
+		firsts   = map[string]int{}
+		labelsOf = map[string]map[string]bool{}
+		wg       sync.WaitGroup
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			local := map[string][]string{}
+			var admitted []string
+			for i := range values {
+				v := fmt.Sprintf("v%d", (i+g)%values) // each goroutine in another order
+				label, first := s.Label(v)
+				local[v] = append(local[v], label)
+				if first {
+					admitted = append(admitted, v)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, v := range admitted {
+				firsts[v]++
+			}
+			for v, labels := range local {
+				if labelsOf[v] == nil {
+					labelsOf[v] = map[string]bool{}
+				}
+				for _, l := range labels {
+					labelsOf[v][l] = true
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(firsts) != limit {
+		t.Fatalf("%d values admitted, want %d", len(firsts), limit)
+	}
+	for v, n := range firsts {
+		if n != 1 {
+			t.Errorf("%s admitted %d times", v, n)
+		}
+	}
+	for v, labels := range labelsOf {
+		want := Other
+		if _, admitted := firsts[v]; admitted {
+			want = v
+		}
+		if len(labels) != 1 || !labels[want] {
+			t.Errorf("%s labelled %v, want only %q", v, labels, want)
+		}
+	}
+}

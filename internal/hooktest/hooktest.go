@@ -1,0 +1,456 @@
+// Package hooktest drives idem's real components so that tests of a hook
+// implementation (contrib/idemprom, contrib/idemotel) see the events the
+// components really report: a consume.Engine over in-memory deliveries, the
+// idemhttp middleware under a ServeMux pattern, an inbox.Worker over an
+// in-memory backend, and a Guard over a MemoryStore. Each takes the hook to
+// install, so every metrics module runs the same scenarios and asserts its
+// own series.
+//
+// Keys, scopes, principals and URL paths in these scenarios contain
+// "secret", so that a test can check that none reaches a metric.
+//
+// It is for tests only.
+package hooktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem/idemtest"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/retry"
+)
+
+// Quiet is a logger that discards everything, for the components under
+// test.
+var Quiet = slog.New(slog.DiscardHandler)
+
+// WantCounts fails t for each series of want that is missing from got or
+// has another value. Series of got that want does not name are ignored.
+func WantCounts(t testing.TB, got, want map[string]float64) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+}
+
+// Delivery is a broker delivery in memory that records how the engine
+// settled it. Its origin is "orders".
+type Delivery struct {
+	id    string
+	body  []byte
+	state consume.State
+
+	mu      sync.Mutex
+	settled string
+	next    consume.State
+}
+
+// NewDelivery returns a first delivery of a message; id "" is a message
+// without an id.
+func NewDelivery(id, body string) *Delivery {
+	return &Delivery{id: id, body: []byte(body)}
+}
+
+// ID implements consume.Delivery.
+func (d *Delivery) ID() string { return d.id }
+
+// Body implements consume.Delivery.
+func (d *Delivery) Body() []byte { return d.body }
+
+// Origin implements consume.Delivery.
+func (d *Delivery) Origin() string { return "orders" }
+
+// State implements consume.Delivery.
+func (d *Delivery) State() consume.State { return d.state }
+
+// Ack implements consume.Delivery.
+func (d *Delivery) Ack(context.Context) error { return d.settle("ack", nil) }
+
+// Requeue implements consume.Delivery.
+func (d *Delivery) Requeue(context.Context) error { return d.settle("requeue", nil) }
+
+// Retry implements consume.Delivery, keeping st for the redelivery.
+func (d *Delivery) Retry(_ context.Context, _ time.Duration, st consume.State) error {
+	return d.settle("retry", &st)
+}
+
+// DeadLetter implements consume.Delivery.
+func (d *Delivery) DeadLetter(context.Context, consume.DeadLetter) error {
+	return d.settle("dead-letter", nil)
+}
+
+func (d *Delivery) settle(op string, next *consume.State) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.settled = op
+	if next != nil {
+		d.next = *next
+	}
+	return nil
+}
+
+// Settled returns how the engine settled the delivery: "ack", "retry",
+// "requeue", "dead-letter", or "" when it did not.
+func (d *Delivery) Settled() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.settled
+}
+
+// redelivery returns the delivery a broker makes after a retry.
+func (d *Delivery) redelivery() *Delivery {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return &Delivery{id: d.id, body: d.body, state: d.next}
+}
+
+// NewEngine returns a consume.Engine named name that reports to hooks and
+// runs handler under a Guard over a MemoryStore. It retries after 1ms and
+// dead-letters on the third failed attempt.
+func NewEngine(t testing.TB, hooks consume.Hooks, name string, handler func(context.Context, idem.Run, consume.Delivery) error) *consume.Engine {
+	t.Helper()
+	g := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{Logger: Quiet})
+	e, err := consume.New(consume.GuardProcess(g, handler), &consume.Config{
+		Name:   name,
+		Retry:  &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 3, Jitter: retry.NoJitter},
+		Hooks:  hooks,
+		Logger: Quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// Handle has e handle d and fails t unless the outcome is want.
+func Handle(t testing.TB, ctx context.Context, e *consume.Engine, d *Delivery, want consume.Outcome) {
+	t.Helper()
+	out, err := e.Handle(ctx, d)
+	if err != nil || out != want {
+		t.Fatalf("delivery %q: %v, %v; want %v", d.id, out, err, want)
+	}
+}
+
+// redeliver hands e the message (id, body), then again with the state the
+// engine retried it with, as a broker would, once for each of wants, and
+// fails t unless the outcomes are wants in order.
+func redeliver(t testing.TB, ctx context.Context, e *consume.Engine, id, body string, wants ...consume.Outcome) {
+	t.Helper()
+	d := NewDelivery(id, body)
+	for i, want := range wants {
+		if i > 0 {
+			d = d.redelivery()
+		}
+		Handle(t, ctx, e, d, want)
+	}
+}
+
+// DriveConsume runs two engines made by [NewEngine] that report to hooks,
+// and hands them deliveries in ctx. Their outcomes are, in order:
+//
+//	payments  pay-secret-1  processed
+//	payments  pay-secret-1  duplicate
+//	payments  pay-secret-2  processed
+//	payments  (no id)       dead_lettered (missing_id, before the handler)
+//	refunds   refund-secret retried  (attempt 1)
+//	refunds   refund-secret retried  (attempt 2)
+//	refunds   refund-secret dead_lettered (max_attempts, attempt 3)
+//
+// The payments handler succeeds; the refunds handler fails with the error
+// "gateway timeout for customer-secret", a counted failure.
+func DriveConsume(t testing.TB, ctx context.Context, hooks consume.Hooks) {
+	t.Helper()
+	ok := NewEngine(t, hooks, "payments", func(context.Context, idem.Run, consume.Delivery) error { return nil })
+	boom := NewEngine(t, hooks, "refunds", func(context.Context, idem.Run, consume.Delivery) error {
+		return errors.New("gateway timeout for customer-secret")
+	})
+	Handle(t, ctx, ok, NewDelivery("pay-secret-1", "a"), consume.OutcomeProcessed)
+	Handle(t, ctx, ok, NewDelivery("pay-secret-1", "a"), consume.OutcomeDuplicate)
+	Handle(t, ctx, ok, NewDelivery("pay-secret-2", "b"), consume.OutcomeProcessed)
+	Handle(t, ctx, ok, NewDelivery("", "no id"), consume.OutcomeDeadLettered)
+	redeliver(t, ctx, boom, "refund-secret", "r", consume.OutcomeRetried, consume.OutcomeRetried, consume.OutcomeDeadLettered)
+}
+
+// Route is the ServeMux pattern under which [ServeIdem] serves.
+const Route = "POST /accounts/{account}/payments"
+
+// ServeIdem returns a ServeMux that runs the real idemhttp middleware,
+// reporting to onRequest, under [Route]. The middleware requires a key and
+// takes the principal from X-User; the handler answers 201, or 503 when the
+// request has an X-Fail header.
+func ServeIdem(t testing.TB, onRequest func(*http.Request, idemhttp.Event)) *http.ServeMux {
+	t.Helper()
+	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
+		Principal:       idemhttp.PrincipalFromHeader("X-User"),
+		RequireKey:      true,
+		AllowNonDurable: true,
+		OnRequest:       onRequest,
+		Logger:          Quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Route, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Fail") != "" {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"ok":true}`)
+	})))
+	return mux
+}
+
+// Post sends h a JSON POST to /accounts/acct-secret-42/payments as user
+// alice-secret, with Idempotency-Key key unless key is "", and X-Fail if
+// fail, and returns the response status.
+func Post(t testing.TB, h http.Handler, key, body string, fail bool) int {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/accounts/acct-secret-42/payments", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("X-User", "alice-secret")
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	if fail {
+		r.Header.Set("X-Fail", "1")
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code
+}
+
+// DriveHTTP sends h, a [ServeIdem] handler, five requests whose outcomes
+// are, in order: executed (201), replayed (201), mismatch (422), rejected
+// (400, no key) and released (503).
+func DriveHTTP(t testing.TB, h http.Handler) {
+	t.Helper()
+	for _, c := range []struct {
+		key, body string
+		fail      bool
+		want      int
+	}{
+		{`"key-secret-1"`, `{"a":1}`, false, http.StatusCreated},
+		{`"key-secret-1"`, `{"a":1}`, false, http.StatusCreated}, // replayed
+		{`"key-secret-1"`, `{"a":2}`, false, http.StatusUnprocessableEntity},
+		{"", `{"a":1}`, false, http.StatusBadRequest},
+		{`"key-secret-2"`, `{"a":1}`, true, http.StatusServiceUnavailable}, // released
+	} {
+		if got := Post(t, h, c.key, c.body, c.fail); got != c.want {
+			t.Fatalf("key %s: status %d, want %d", c.key, got, c.want)
+		}
+	}
+}
+
+// DriveInbox calls hook with nine events, as an inbox.Worker would report
+// them, each for a message with source orders-secret, id msg-secret and
+// ordering key customer-secret:
+//
+//	order.created  processed  3ms
+//	order.created  processed  1ms
+//	order.created  retried    1ms (with an error)
+//	order.paid     dead       1ms
+//	order.paid     released   (did not run: no duration)
+//	order.paid     Outcome(99) 1ms (unknown)
+//	order.shipped  lease_lost (no duration, idem.ErrLeaseLost)
+//	spam.1         processed  1ms
+//	spam.2         processed  1ms
+func DriveInbox(hook func(inbox.Event)) {
+	msg := func(typ string) inbox.Message {
+		return inbox.Message{Source: "orders-secret", ID: "msg-secret", Type: typ, OrderingKey: "customer-secret"}
+	}
+	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Processed, Duration: 3 * time.Millisecond})
+	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Processed, Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Retried, Err: errors.New("x"), Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Dead, Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Released})
+	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Outcome(99), Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("order.shipped"), Outcome: inbox.LeaseLost, Err: idem.ErrLeaseLost})
+	hook(inbox.Event{Message: msg("spam.1"), Outcome: inbox.Processed, Duration: time.Millisecond})
+	hook(inbox.Event{Message: msg("spam.2"), Outcome: inbox.Processed, Duration: time.Millisecond})
+}
+
+// NewWorker returns an inbox.Worker over an in-memory backend that reports
+// to onEvent. One RunOnce runs six rows (source orders, message ids msg-1
+// to msg-6, ordering key customer-secret) whose outcomes are, in order:
+//
+//	1 order.created    processed
+//	2 order.failing    retried    (handler error, first attempt)
+//	3 order.permanent  dead       (retry.Permanent)
+//	4 order.created    lease_lost (another worker took the row)
+//	5 order.unknown    dead       (no handler)
+//	6 order.failing    dead       (third attempt of three)
+func NewWorker(t testing.TB, onEvent func(inbox.Event)) *inbox.Worker[struct{}] {
+	t.Helper()
+	row := func(id int64, typ string, attempts int) inbox.Row {
+		return inbox.Row{ID: id, Source: "orders", MessageID: fmt.Sprintf("msg-%d", id), Type: typ,
+			OrderingKey: "customer-secret", Attempts: attempts, Token: 7}
+	}
+	b := &memoryInbox{
+		rows: []inbox.Row{
+			row(1, "order.created", 0), row(2, "order.failing", 0), row(3, "order.permanent", 0),
+			row(4, "order.created", 0), row(5, "order.unknown", 0), row(6, "order.failing", 2),
+		},
+		lost: map[int64]bool{4: true},
+	}
+	w, err := inbox.NewWorker[struct{}](b, &inbox.Config{
+		Retry:   &retry.Policy{MaxAttempts: 3},
+		Logger:  Quiet,
+		OnEvent: onEvent,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, h := range map[string]inbox.Handler[struct{}]{
+		"order.created": func(context.Context, struct{}, inbox.Message) error { return nil },
+		"order.failing": func(context.Context, struct{}, inbox.Message) error { return errors.New("smtp down") },
+		"order.permanent": func(context.Context, struct{}, inbox.Message) error {
+			return retry.Permanent(errors.New("bad address"))
+		},
+	} {
+		if err := w.Handle(typ, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// memoryInbox is an inbox backend in memory, just enough for
+// Worker.RunOnce: Claim hands out the queued rows, Complete runs the
+// handler unless the row is marked lost.
+type memoryInbox struct {
+	inbox.Backend[struct{}] // the admin and receive methods are not called
+	mu                      sync.Mutex
+	rows                    []inbox.Row
+	lost                    map[int64]bool
+}
+
+func (b *memoryInbox) Claim(_ context.Context, req inbox.ClaimRequest) ([]inbox.Row, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := min(req.Limit, len(b.rows))
+	out := b.rows[:n]
+	b.rows = b.rows[n:]
+	return out, nil
+}
+
+func (b *memoryInbox) Complete(ctx context.Context, l inbox.Lease, fn func(context.Context, struct{}) error) error {
+	if b.lost[l.ID] {
+		return fmt.Errorf("memory inbox: row %d: %w", l.ID, idem.ErrLeaseLost)
+	}
+	return fn(ctx, struct{}{})
+}
+
+func (b *memoryInbox) Fail(context.Context, inbox.FailRequest) error { return nil }
+
+func (b *memoryInbox) Extend(_ context.Context, ls []inbox.Lease, _ time.Duration) ([]int64, error) {
+	ids := make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i] = l.ID
+	}
+	return ids, nil
+}
+
+func (b *memoryInbox) Release(_ context.Context, ls []inbox.Lease) (int64, error) {
+	return int64(len(ls)), nil
+}
+
+// Scope is the scope of every [Call].
+const Scope = "secret-scope"
+
+// Call returns a Guard call for key under [Scope], fingerprinted by body.
+func Call(key, body string) idem.Call {
+	return idem.Call{Scope: Scope, Key: key, Fingerprint: idem.FingerprintBytes([]byte(body))}
+}
+
+// Charge is a Guard function that succeeds with the result "charged".
+func Charge(context.Context, idem.Run) ([]byte, error) { return []byte("charged"), nil }
+
+// NewGuard returns a Guard over store that reports to onDo.
+func NewGuard(store idem.Store, onDo func(context.Context, idem.DoEvent)) *idem.Guard {
+	return idem.NewGuard(store, &idem.GuardConfig{OnDo: onDo, Logger: Quiet})
+}
+
+// DriveGuard makes five calls of g.Do whose outcomes are, in order:
+// executed, replayed, replayed (keys secret-key-1), mismatch (secret-key-1
+// with another body) and failed (secret-key-2). It fails t if Do does not
+// return what these outcomes return.
+func DriveGuard(t testing.TB, ctx context.Context, g *idem.Guard) {
+	t.Helper()
+	for range 3 {
+		if _, err := g.Do(ctx, Call("secret-key-1", "a"), Charge); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.Do(ctx, Call("secret-key-1", "b"), Charge); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("mismatch = %v", err)
+	}
+	boom := errors.New("boom")
+	if _, err := g.Do(ctx, Call("secret-key-2", "a"), func(context.Context, idem.Run) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("failure = %v", err)
+	}
+}
+
+// Hooks are the hooks of one metrics module, for [ReportConcurrently]; nil
+// ones are not called.
+type Hooks struct {
+	Consume consume.Hooks
+	Inbox   func(inbox.Event)
+	HTTP    func(*http.Request, idemhttp.Event)
+	// Guard returns the hook for the Guard named name.
+	Guard func(name string) func(context.Context, idem.DoEvent)
+}
+
+// ReportConcurrently calls h's hooks from goroutines goroutines at once,
+// each times, and returns when all are done. Goroutine i reports under
+// the name "c<i%16>" (the consumer, the inbox event type and the guard
+// name) and the route pattern "POST /r<i%16>": 16 names, more than a
+// small label cap admits. Each time it reports, each lasting 1ms, a
+// delivery retried for an error, a processed inbox run, an executed
+// request (201) and an executed Guard call.
+func ReportConcurrently(goroutines, each int, h Hooks) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		wg.Go(func() {
+			name := fmt.Sprintf("c%d", i%16)
+			req := httptest.NewRequest(http.MethodPost, "/", nil)
+			req.Pattern = fmt.Sprintf("POST /r%d", i%16)
+			var guard func(context.Context, idem.DoEvent)
+			if h.Guard != nil {
+				guard = h.Guard(name)
+			}
+			for range each {
+				if guard != nil {
+					guard(ctx, idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.DoExecuted, Duration: time.Millisecond})
+				}
+				if h.Consume != nil {
+					h.Consume.OnDelivery(ctx, consume.Event{Consumer: name, Outcome: consume.OutcomeRetried, Err: errors.New("x"), Duration: time.Millisecond})
+				}
+				if h.Inbox != nil {
+					h.Inbox(inbox.Event{Message: inbox.Message{Type: name}, Outcome: inbox.Processed, Duration: time.Millisecond})
+				}
+				if h.HTTP != nil {
+					h.HTTP(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 201, Latency: time.Millisecond})
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
