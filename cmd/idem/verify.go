@@ -277,17 +277,23 @@ func (v *verifier) storm(ctx context.Context) (string, error) {
 		total, len(keys), v.o.workers, replays.Load()), nil
 }
 
+// acquire claims req, which must be a fresh key of the verification.
+func (v *verifier) acquire(ctx context.Context, req idem.ClaimRequest, what string) (idem.Claim, error) {
+	c, err := v.store.Claim(ctx, req)
+	if err == nil && c.Outcome != idem.Acquired {
+		err = fmt.Errorf("%s: %v, want acquired", what, c.Outcome)
+	}
+	return c, err
+}
+
 // fingerprint checks that a key used with another request is refused, both
 // while it runs and once it completed.
 func (v *verifier) fingerprint(ctx context.Context) (string, error) {
 	k := v.key("fingerprint")
 	a, b := idem.FingerprintBytes([]byte("request A")), idem.FingerprintBytes([]byte("request B"))
-	c, err := v.store.Claim(ctx, idem.ClaimRequest{Scope: v.scope, Key: k, Fingerprint: a, Lease: 30 * time.Second})
+	c, err := v.acquire(ctx, idem.ClaimRequest{Scope: v.scope, Key: k, Fingerprint: a, Lease: 30 * time.Second}, "first claim of a new key")
 	if err != nil {
 		return "", err
-	}
-	if c.Outcome != idem.Acquired {
-		return "", fmt.Errorf("first claim of a new key: %v, want acquired", c.Outcome)
 	}
 	if got, err := v.store.Claim(ctx, idem.ClaimRequest{Scope: v.scope, Key: k, Fingerprint: b, Lease: 30 * time.Second}); err != nil {
 		return "", err
@@ -319,12 +325,9 @@ func (v *verifier) fencing(ctx context.Context) (string, error) {
 	k := v.key("fencing")
 	fp := idem.FingerprintBytes([]byte("fencing"))
 	req := idem.ClaimRequest{Scope: v.scope, Key: k, Fingerprint: fp, Lease: v.o.lease}
-	old, err := v.store.Claim(ctx, req)
+	old, err := v.acquire(ctx, req, "first claim")
 	if err != nil {
 		return "", err
-	}
-	if old.Outcome != idem.Acquired {
-		return "", fmt.Errorf("first claim: %v, want acquired", old.Outcome)
 	}
 	if got, err := v.store.Claim(ctx, req); err != nil {
 		return "", err
@@ -381,12 +384,9 @@ func (v *verifier) fencing(ctx context.Context) (string, error) {
 func (v *verifier) release(ctx context.Context) (string, error) {
 	k := v.key("release")
 	req := idem.ClaimRequest{Scope: v.scope, Key: k, Fingerprint: idem.FingerprintBytes([]byte("release")), Lease: 30 * time.Second}
-	first, err := v.store.Claim(ctx, req)
+	first, err := v.acquire(ctx, req, "first claim")
 	if err != nil {
 		return "", err
-	}
-	if first.Outcome != idem.Acquired {
-		return "", fmt.Errorf("first claim: %v, want acquired", first.Outcome)
 	}
 	if err := v.store.Release(ctx, v.scope, k, first.Token); err != nil {
 		return "", fmt.Errorf("release: %w", err)
@@ -411,13 +411,10 @@ func (v *verifier) clock(ctx context.Context) (string, error) {
 	k := v.key("clock")
 	lease := 30 * time.Second
 	before := time.Now()
-	c, err := v.store.Claim(ctx, idem.ClaimRequest{Scope: v.scope, Key: k, Fingerprint: idem.FingerprintBytes([]byte("clock")), Lease: lease})
+	c, err := v.acquire(ctx, idem.ClaimRequest{Scope: v.scope, Key: k, Fingerprint: idem.FingerprintBytes([]byte("clock")), Lease: lease}, "claim")
 	after := time.Now()
 	if err != nil {
 		return "", err
-	}
-	if c.Outcome != idem.Acquired {
-		return "", fmt.Errorf("claim: %v, want acquired", c.Outcome)
 	}
 	if err := v.store.Release(ctx, v.scope, k, c.Token); err != nil {
 		return "", fmt.Errorf("release: %w", err)

@@ -235,11 +235,7 @@ func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), len(calls))
 	}
 	if err != nil {
-		err = s.wrap("complete", err)
-		for _, c := range calls {
-			c.err = err
-		}
-		return err
+		return failAll(calls, s.wrap("complete", err))
 	}
 	for i, c := range calls {
 		if ierr := vals[i].Error(); ierr != nil {
@@ -250,6 +246,15 @@ func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
 		c.err = s.tokenReply("complete", c.key, c.token, n, ierr)
 	}
 	return nil
+}
+
+// failAll gives every call of a failed script call its error, and returns
+// it.
+func failAll(calls []*call, err error) error {
+	for _, c := range calls {
+		c.err = err
+	}
+	return err
 }
 
 // execMulti sends calls as script calls of up to the store's batch size,
@@ -322,11 +327,7 @@ func (s *Store) setClaims(calls []*call, reply rueidis.RedisResult) error {
 		err = errors.Join(err1, err2)
 	}
 	if err != nil {
-		err = s.wrap("claim", err)
-		for _, c := range calls {
-			c.err = err
-		}
-		return err
+		return failAll(calls, s.wrap("claim", err))
 	}
 	for i, c := range calls {
 		c.claim, c.err = s.decodeClaim(c, token, now, &vals[i+2])

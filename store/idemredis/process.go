@@ -44,13 +44,8 @@ type held struct {
 // downstream where you can (idem.DownstreamKey). At most [MaxClaimBatch]
 // messages.
 func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, fresh []int) error) ([]idem.ProcessResult, error) {
-	if len(msgs) > MaxClaimBatch {
-		return nil, fmt.Errorf("%w: idemredis: process batch of %d messages, the limit is %d", idem.ErrInvalidConfig, len(msgs), MaxClaimBatch)
-	}
-	for i, m := range msgs {
-		if err := m.Validate(); err != nil {
-			return nil, fmt.Errorf("idemredis: process batch: message %d: %w", i, err)
-		}
+	if err := checkBatch(msgs, "process", idem.Message.Validate); err != nil {
+		return nil, err
 	}
 	if fn == nil {
 		return nil, fmt.Errorf("%w: idemredis: process batch: nil handler", idem.ErrInvalidConfig)

@@ -301,16 +301,11 @@ type BatchClaim struct {
 // claimed, and their leases expire as usual, as with a Claim whose context
 // ends in flight.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]BatchClaim, error) {
-	if len(reqs) > MaxClaimBatch {
-		return nil, fmt.Errorf("%w: idemredis: claim batch of %d requests, the limit is %d", idem.ErrInvalidConfig, len(reqs), MaxClaimBatch)
-	}
-	for i, req := range reqs {
-		if err := idem.ValidateClaim(req); err != nil {
-			return nil, fmt.Errorf("idemredis: claim batch: request %d: %w", i, err)
-		}
-	}
 	if len(reqs) == 0 {
 		return nil, nil
+	}
+	if err := checkBatch(reqs, "claim", idem.ValidateClaim); err != nil {
+		return nil, err
 	}
 	if err := context.Cause(ctx); err != nil {
 		return nil, s.wrap("claim", err)
@@ -329,6 +324,20 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]Bat
 		out[i] = BatchClaim{Claim: calls[i].claim, Err: calls[i].err}
 	}
 	return out, err
+}
+
+// checkBatch refuses a batch of more than MaxClaimBatch requests or with
+// an invalid one, before anything is sent.
+func checkBatch[R any](reqs []R, op string, validate func(R) error) error {
+	if len(reqs) > MaxClaimBatch {
+		return fmt.Errorf("%w: idemredis: %s batch of %d requests, the limit is %d", idem.ErrInvalidConfig, op, len(reqs), MaxClaimBatch)
+	}
+	for i, req := range reqs {
+		if err := validate(req); err != nil {
+			return fmt.Errorf("idemredis: %s batch: request %d: %w", op, i, err)
+		}
+	}
+	return nil
 }
 
 // tokenOp runs a script that answers 1 (done), 0 (token not current) or
@@ -383,16 +392,11 @@ func (s *Store) completeCall(c *call, req idem.CompleteRequest) error {
 // some records may still have been completed; completing them again with
 // the same token is refused, as after any lost reply).
 func (s *Store) CompleteBatch(ctx context.Context, reqs []idem.CompleteRequest) ([]error, error) {
-	if len(reqs) > MaxClaimBatch {
-		return nil, fmt.Errorf("%w: idemredis: complete batch of %d requests, the limit is %d", idem.ErrInvalidConfig, len(reqs), MaxClaimBatch)
-	}
-	for i, req := range reqs {
-		if err := idem.ValidateComplete(req); err != nil {
-			return nil, fmt.Errorf("idemredis: complete batch: request %d: %w", i, err)
-		}
-	}
 	if len(reqs) == 0 {
 		return nil, nil
+	}
+	if err := checkBatch(reqs, "complete", idem.ValidateComplete); err != nil {
+		return nil, err
 	}
 	if err := context.Cause(ctx); err != nil {
 		return nil, s.wrap("complete", err)
