@@ -237,7 +237,7 @@
 // reached 48–58% of the redis-benchmark ceiling, Store.Claim 30–35%, as
 // fast as the bare SET NX PX sent by the same 64 callers one at a time,
 // and the whole lease cycle (Claim, then Complete with a result) 15%;
-// ClaimBatch + CompleteBatch, 23%.
+// ClaimBatch + CompleteBatch, 23–24%.
 //
 // The ceiling keeps 1,024 commands in flight (64 connections, 16 deep); 64
 // callers that each wait for one answer keep at most 64, which is why even
