@@ -107,16 +107,18 @@ func TestProcessBatchInProgress(t *testing.T) {
 	}
 }
 
-// TestProcessBatchHeartbeat: a handler three leases long keeps its leases,
+// TestProcessBatchHeartbeat: a handler longer than two leases keeps them,
 // and a lease deleted under it cancels it with ErrLeaseLost.
 func TestProcessBatchHeartbeat(t *testing.T) {
 	t.Parallel()
 	addr := startRedis(t)
 	c := clientAt(t, addr)
-	s := newStore(t, c, &idemredis.Config{ProcessLease: 300 * time.Millisecond})
+	// The lease leaves a busy CI machine room: three heartbeats (every
+	// 200ms) would have to fail in a row to lose it.
+	s := newStore(t, c, &idemredis.Config{ProcessLease: 600 * time.Millisecond})
 	ctx := context.Background()
 	res, err := s.ProcessBatch(ctx, []idem.Message{pmsg("long", "1")}, func(ctx context.Context, _ []int) error {
-		deadline := time.Now().Add(time.Second)
+		deadline := time.Now().Add(1500 * time.Millisecond) // two and a half leases
 		for time.Now().Before(deadline) {
 			cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "pb", Key: "long", Fingerprint: pmsg("long", "1").Fingerprint, Lease: time.Minute})
 			if err != nil {
