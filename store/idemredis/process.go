@@ -38,7 +38,9 @@ type held struct {
 // wrapping idem.ErrInProgress, before fn runs and with this batch's leases
 // released. A lease lost while fn runs (taken over after it expired, or the
 // record deleted) cancels fn's context with cause idem.ErrLeaseLost and
-// fails the batch. This is the lease path: unlike the SQL stores'
+// fails the batch. Both errors are marked idem.Retryable, as
+// consume.GuardProcess marks them: another worker has the message, so a
+// consumer retries later without counting an attempt. This is the lease path: unlike the SQL stores'
 // transaction, a failure after fn's effects (a lost lease, Redis gone before
 // the completion) means they may run again, so make them idempotent
 // downstream where you can (idem.DownstreamKey). At most [MaxClaimBatch]
@@ -93,7 +95,7 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 			results[i] = idem.Mismatched
 		case c.Outcome == idem.InProgress:
 			s.releaseHeld(ctx, leases)
-			return nil, fmt.Errorf("idemredis: process batch %q in scope %q: %w", m.Key, m.Scope, idem.ErrInProgress)
+			return nil, idem.Retryable(fmt.Errorf("idemredis: process batch %q in scope %q: %w", m.Key, m.Scope, idem.ErrInProgress))
 		default:
 			s.releaseHeld(ctx, leases)
 			return nil, fmt.Errorf("idemredis: process batch: message %d: unknown claim outcome %v", i, c.Outcome)
@@ -125,9 +127,9 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	switch {
 	case lost != nil:
 		if err != nil {
-			return nil, fmt.Errorf("idemredis: process batch: %w (handler: %w)", lost, err)
+			return nil, idem.Retryable(fmt.Errorf("idemredis: process batch: %w (handler: %w)", lost, err))
 		}
-		return nil, fmt.Errorf("idemredis: process batch: %w before the results could be stored", lost)
+		return nil, idem.Retryable(fmt.Errorf("idemredis: process batch: %w before the results could be stored", lost))
 	case err != nil:
 		s.releaseHeld(ctx, leases)
 		return nil, fmt.Errorf("idemredis: process batch: handler: %w", err)

@@ -96,8 +96,8 @@ func TestProcessBatchInProgress(t *testing.T) {
 		t.Error("the handler ran although a key was held")
 		return nil
 	})
-	if !errors.Is(err, idem.ErrInProgress) {
-		t.Fatalf("batch with a held key = %v, want ErrInProgress", err)
+	if !errors.Is(err, idem.ErrInProgress) || !idem.IsRetryable(err) {
+		t.Fatalf("batch with a held key = %v, want a retryable ErrInProgress", err)
 	}
 	for _, k := range []string{"a", "b"} {
 		c, err := s.Claim(ctx, idem.ClaimRequest{Scope: "pb", Key: k, Fingerprint: pmsg(k, "1").Fingerprint, Lease: time.Minute})
@@ -146,8 +146,8 @@ func TestProcessBatchHeartbeat(t *testing.T) {
 			return errors.New("the handler was not cancelled")
 		}
 	})
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("batch whose lease was lost = %v, want ErrLeaseLost", err)
+	if !errors.Is(err, idem.ErrLeaseLost) || !idem.IsRetryable(err) {
+		t.Fatalf("batch whose lease was lost = %v, want a retryable ErrLeaseLost", err)
 	}
 	if _, err := s.Get(ctx, "pb", "lost"); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("a lost batch must not complete the record: Get = %v", err)
