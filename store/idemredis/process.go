@@ -33,7 +33,8 @@ type held struct {
 // called when nothing is fresh.
 //
 // When fn returns an error, the batch's leases are released, so a retry
-// runs the fresh messages again, and ProcessBatch returns fn's error. A key
+// runs the fresh messages again, and ProcessBatch returns fn's error; when
+// fn panics, they are released and the panic goes on. A key
 // held by another caller's live lease fails the batch with an error
 // wrapping idem.ErrInProgress, before fn runs and with this batch's leases
 // released. A lease lost while fn runs (taken over after it expired, or the
@@ -122,7 +123,15 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := s.heartbeat(ctx, leases, cancel)
+	panicked := true
+	defer func() {
+		if panicked { // stop extending, give the leases back, let the panic go on
+			stop()
+			s.releaseHeld(ctx, leases)
+		}
+	}()
 	err = fn(runCtx, fresh)
+	panicked = false
 	lost := stop()
 	switch {
 	case lost != nil:

@@ -82,6 +82,31 @@ func TestProcessBatchHandlerFailure(t *testing.T) {
 	}
 }
 
+// TestProcessBatchHandlerPanic: the panic goes on, the heartbeat stops and
+// the leases are given back.
+func TestProcessBatchHandlerPanic(t *testing.T) {
+	t.Parallel()
+	addr := startRedis(t)
+	c := clientAt(t, addr)
+	s := newStore(t, c, &idemredis.Config{ProcessLease: 300 * time.Millisecond})
+	ctx := context.Background()
+	msgs := []idem.Message{pmsg("a", "1"), pmsg("b", "1")}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the handler's panic did not go on")
+			}
+		}()
+		_, _ = s.ProcessBatch(ctx, msgs, func(context.Context, []int) error { panic("handler bug") })
+	}()
+	for _, m := range msgs {
+		cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "pb", Key: m.Key, Fingerprint: m.Fingerprint, Lease: time.Minute})
+		if err != nil || cl.Outcome != idem.Acquired {
+			t.Errorf("%s after the panic: %v, %v; want acquired (released)", m.Key, cl.Outcome, err)
+		}
+	}
+}
+
 // TestProcessBatchInProgress: a key another caller holds fails the batch
 // before the handler, and the batch's own leases are given back.
 func TestProcessBatchInProgress(t *testing.T) {
