@@ -78,9 +78,13 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 	if err := msg.Validate(); err != nil {
 		return 0, err
 	}
-	for range maxRaceRetries {
+	for attempt := range maxRaceRetries {
+		query := s.q.processOneNew // first try: a duplicate takes no row lock
+		if attempt > 0 {
+			query = s.q.processOne // a row to take over, or raced
+		}
 		var fresh bool
-		err := tx.QueryRow(ctx, s.q.processOne, msg.Scope, msg.Key, msg.Fingerprint[:], micros(msg.RetentionOrDefault())).Scan(&fresh)
+		err := tx.QueryRow(ctx, query, msg.Scope, msg.Key, msg.Fingerprint[:], micros(msg.RetentionOrDefault())).Scan(&fresh)
 		if err == nil {
 			return idem.Processed, nil
 		}
@@ -225,7 +229,11 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 			return nil, idem.Retryable(fmt.Errorf("idempgx: process batch: records kept changing under %d attempts", maxRaceRetries))
 		}
 		var err error
-		if pending, err = s.insertBatch(ctx, tx, msgs, pending, results, stored); err != nil {
+		query := s.q.processBatchNew // first pass: duplicates take no row lock
+		if attempt > 0 {
+			query = s.q.processBatch // rows to take over, or raced
+		}
+		if pending, err = s.insertBatch(ctx, tx, query, msgs, pending, results, stored); err != nil {
 			return nil, err
 		}
 	}
@@ -246,7 +254,7 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 // insertBatch inserts the dedupe rows of msgs[pending...], fills results
 // and stored for the ones it settles, and returns those that raced with an
 // expiry or deletion and must be inserted again.
-func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, msgs []idem.Message, pending []int, results []idem.ProcessResult, stored map[recordRef]idem.Fingerprint) ([]int, error) {
+func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs []idem.Message, pending []int, results []idem.ProcessResult, stored map[recordRef]idem.Fingerprint) ([]int, error) {
 	scopes := make([]string, len(pending))
 	keys := make([]string, len(pending))
 	fps := make([][]byte, len(pending))
@@ -255,7 +263,7 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, msgs []idem.Message,
 		m := &msgs[i]
 		scopes[n], keys[n], fps[n], rets[n] = m.Scope, m.Key, m.Fingerprint[:], micros(m.RetentionOrDefault())
 	}
-	rows, err := tx.Query(ctx, s.q.processBatch, scopes, keys, fps, rets)
+	rows, err := tx.Query(ctx, query, scopes, keys, fps, rets)
 	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}

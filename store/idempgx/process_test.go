@@ -63,14 +63,16 @@ func TestProcessRetentionWindow(t *testing.T) {
 	t.Parallel()
 	e := newProcessEnv(t)
 	ctx := ctxT(t)
-	msg := idem.Message{Key: "w", Retention: 30 * time.Millisecond}
+	// The window leaves a busy machine room for the duplicate inside it: at
+	// 30ms, the second call came after the window now and then under -race.
+	msg := idem.Message{Key: "w", Retention: time.Second}
 	if res, err := e.Process(ctx, msg, nil); err != nil || res != idem.Processed {
 		t.Fatal(res, err)
 	}
 	if res, err := e.Process(ctx, msg, nil); err != nil || res != idem.Duplicate {
 		t.Fatal(res, err)
 	}
-	time.Sleep(80 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond)
 	// After the window, the same message runs again (and other content is new).
 	msg.Fingerprint = fp("other")
 	if res, err := e.Process(ctx, msg, nil); err != nil || res != idem.Processed {
@@ -140,6 +142,20 @@ func TestProcessGuardLease(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	if res, err := e.Process(ctx, msg, nil); err != nil || res != idem.Processed {
 		t.Fatalf("process after the lease expired = %v, %v", res, err)
+	}
+	// And so does ProcessBatch: its first pass leaves existing rows alone,
+	// the next one takes the expired lease over.
+	c2, err := e.s.Claim(ctx, idem.ClaimRequest{Key: "g2", Fingerprint: fp("g2"), Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Extend(ctx, "", "g2", c2.Token, time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	res, err := e.ProcessBatch(ctx, []idem.Message{{Key: "g2", Fingerprint: fp("g2")}, {Key: "g"}}, nil)
+	if err != nil || len(res) != 2 || res[0] != idem.Processed || res[1] != idem.Mismatched {
+		t.Fatalf("batch after the lease expired = %v, %v; want [processed mismatched]", res, err)
 	}
 }
 

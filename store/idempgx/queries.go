@@ -7,7 +7,8 @@ import "github.com/jackc/pgx/v5"
 // pgx.Identifier.Sanitize; every value is a parameter.
 type queries struct {
 	claim, getLive, get, complete, release, extend, delete, purge string
-	processOne, processBatch, processLookup                       string
+	processOne, processOneNew, processBatch, processBatchNew      string
+	processLookup                                                 string
 }
 
 // takeoverCondition says when an existing row counts as absent for an
@@ -65,6 +66,13 @@ ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
 WHERE ` + takeoverCondition + `
 RETURNING true`,
 
+		// processOneNew is processOne for the first try: a duplicate takes
+		// no row lock (see processBatchNew).
+		processOneNew: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
+VALUES ($1, $2, 'completed', $3, now(), now(), now() + $4 * interval '1 microsecond')
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING true`,
+
 		// The input arrays are sorted by (scope, key) so that concurrent
 		// batches lock rows in the same order and cannot deadlock.
 		processBatch: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
@@ -72,6 +80,20 @@ SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
 ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
 WHERE ` + takeoverCondition + `
+RETURNING r.scope, r.key`,
+
+		// processBatchNew is processBatch for a batch's first pass: it
+		// leaves existing rows alone. ON CONFLICT DO UPDATE locks every
+		// conflicting row, even one its WHERE then keeps, and a duplicate
+		// is the usual conflict: each would cost a row lock (a heap write
+		// and WAL) held to the end of the transaction, and concurrent
+		// batches that met the same old key would wait on each other. The
+		// rare rows to take over (expired, abandoned) go through
+		// processBatch on the next pass.
+		processBatchNew: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
+SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
+ON CONFLICT (scope, key) DO NOTHING
 RETURNING r.scope, r.key`,
 
 		processLookup: `SELECT r.scope, r.key, r.state, r.fingerprint,
