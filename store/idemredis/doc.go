@@ -234,7 +234,7 @@
 // redis-benchmark -P 1 (64 clients, unpipelined) at 46,000–47,000/s.
 //
 // In `make bench` (medians of five interleaved runs) Store.ClaimBatch ×16
-// reached 48–58% of the redis-benchmark ceiling, Store.Claim 30–35%, as
+// reached 48–59% of the redis-benchmark ceiling, Store.Claim 30–37%, as
 // fast as the bare SET NX PX sent by the same 64 callers one at a time,
 // and the whole lease cycle (Claim, then Complete with a result) 15%;
 // ClaimBatch + CompleteBatch, 23–24%.
