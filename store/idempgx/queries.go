@@ -21,6 +21,18 @@ const takeoverCondition = `(r.state = 'completed' AND r.expires_at <= now())
 
 func newQueries(schema string) queries {
 	t := pgx.Identifier{schema, "idem_records"}.Sanitize()
+	// The inserts of a completed dedupe record, for one message and for a
+	// batch, and the conflict clause that takes an expired row over.
+	processOne := `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
+VALUES ($1, $2, 'completed', $3, now(), now(), now() + $4 * interval '1 microsecond')
+`
+	processBatch := `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
+SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
+`
+	takeover := `ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
+WHERE ` + takeoverCondition + `
+`
 	return queries{
 		// The token column defaults to nextval of the schema's sequence, so
 		// excluded.token is a fresh token also on the update path. created_at
@@ -60,28 +72,15 @@ RETURNING lease_expires_at`,
 		purge: `DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM ` + t + ` WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`,
 
-		processOne: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
-VALUES ($1, $2, 'completed', $3, now(), now(), now() + $4 * interval '1 microsecond')
-ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
-WHERE ` + takeoverCondition + `
-RETURNING true`,
-
+		processOne: processOne + takeover + `RETURNING true`,
 		// processOneNew is processOne for the first try: a duplicate takes
 		// no row lock (see processBatchNew).
-		processOneNew: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
-VALUES ($1, $2, 'completed', $3, now(), now(), now() + $4 * interval '1 microsecond')
-ON CONFLICT (scope, key) DO NOTHING
+		processOneNew: processOne + `ON CONFLICT (scope, key) DO NOTHING
 RETURNING true`,
 
 		// The input arrays are sorted by (scope, key) so that concurrent
 		// batches lock rows in the same order and cannot deadlock.
-		processBatch: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
-SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond'
-FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
-ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
-WHERE ` + takeoverCondition + `
-RETURNING r.scope, r.key`,
-
+		processBatch: processBatch + takeover + `RETURNING r.scope, r.key`,
 		// processBatchNew is processBatch for a batch's first pass: it
 		// leaves existing rows alone. ON CONFLICT DO UPDATE locks every
 		// conflicting row, even one its WHERE then keeps, and a duplicate
@@ -90,10 +89,7 @@ RETURNING r.scope, r.key`,
 		// batches that met the same old key would wait on each other. The
 		// rare rows to take over (expired, abandoned) go through
 		// processBatch on the next pass.
-		processBatchNew: `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
-SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond'
-FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
-ON CONFLICT (scope, key) DO NOTHING
+		processBatchNew: processBatch + `ON CONFLICT (scope, key) DO NOTHING
 RETURNING r.scope, r.key`,
 
 		processLookup: `SELECT r.scope, r.key, r.state, r.fingerprint,
