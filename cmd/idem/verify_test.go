@@ -221,3 +221,36 @@ func TestVerifyCancelled(t *testing.T) {
 		t.Fatalf("verify with a cancelled context = %v\n%s", err, out.String())
 	}
 }
+
+// undeletable refuses to delete: verify passes its checks but must report
+// that it could not clean up.
+type undeletable struct{ idem.Store }
+
+func (undeletable) Delete(context.Context, string, string) error {
+	return errors.New("READONLY replica")
+}
+
+// noExpiry reports no lease expiry, which the store clock check refuses.
+type noExpiry struct{ idem.Store }
+
+func (s noExpiry) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	c, err := s.Store.Claim(ctx, req)
+	c.LeaseExpiresAt = time.Time{}
+	return c, err
+}
+
+func TestVerifyCleanupAndClockFailures(t *testing.T) {
+	t.Parallel()
+	o := verifyOptions{keys: 5, copies: 2, workers: 4, lease: 250 * time.Millisecond, wait: 10 * time.Second}
+	var out bytes.Buffer
+	err := runVerify(t.Context(), &out, undeletable{idemtest.NewMemoryStore(nil)}, o)
+	if !errors.Is(err, errVerifyFailed) || !strings.Contains(err.Error(), "every check passed, but the cleanup") ||
+		!strings.Contains(out.String(), "READONLY replica") {
+		t.Fatalf("verify with a store that cannot delete = %v\n%s", err, out.String())
+	}
+	out.Reset()
+	err = runVerify(t.Context(), &out, noExpiry{idemtest.NewMemoryStore(nil)}, o)
+	if !errors.Is(err, errVerifyFailed) || !strings.Contains(out.String(), "the store reported no lease expiry") {
+		t.Fatalf("verify with a store that reports no expiry = %v\n%s", err, out.String())
+	}
+}

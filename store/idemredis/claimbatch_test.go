@@ -186,9 +186,10 @@ func TestClaimBatchRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestClaimBatchServerGone: a batch against a dead server fails as a whole,
-// with a retryable error on the batch and on every item.
-func TestClaimBatchServerGone(t *testing.T) {
+// TestBatchesServerGone: batches against a dead server fail as a whole,
+// with a retryable error on the batch and on every item; ProcessBatch runs
+// nothing.
+func TestBatchesServerGone(t *testing.T) {
 	t.Parallel()
 	addr := startRedis(t)
 	c := clientAt(t, addr)
@@ -211,8 +212,26 @@ func TestClaimBatchServerGone(t *testing.T) {
 	}
 	for i, it := range got {
 		if !idem.IsRetryable(it.Err) {
-			t.Errorf("item %d: %v, want the retryable error", i, it.Err)
+			t.Errorf("claim item %d: %v, want the retryable error", i, it.Err)
 		}
+	}
+	errs, err := s.CompleteBatch(ctx, []idem.CompleteRequest{
+		{Scope: "batch", Key: "a", Token: 7, Retention: time.Hour}, {Scope: "batch", Key: "b", Token: 8, Retention: time.Hour},
+	})
+	if err == nil || !idem.IsRetryable(err) {
+		t.Fatalf("complete batch against a dead server = %v, want a retryable error", err)
+	}
+	for i, err := range errs {
+		if !idem.IsRetryable(err) {
+			t.Errorf("complete item %d: %v, want the retryable error", i, err)
+		}
+	}
+	_, err = s.ProcessBatch(ctx, []idem.Message{{Scope: "batch", Key: "a"}}, func(context.Context, []int) error {
+		t.Error("the handler ran although nothing could be claimed")
+		return nil
+	})
+	if err == nil || !idem.IsRetryable(err) {
+		t.Fatalf("process batch against a dead server = %v, want a retryable error", err)
 	}
 }
 

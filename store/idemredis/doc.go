@@ -243,10 +243,9 @@
 // callers that each wait for one answer keep at most 64, which is why even
 // the bare command from Go stays near a third of it on this machine, and
 // Store.Claim in the same place. At the same depth, ClaimBatch ×16 is
-// about half the ceiling: what is left is the server's own work, a
-// claim's SET NX GET PXAT of a record of about 140 bytes from Lua (about 8.5 µs of
-// script time per key in calls of 16, by INFO commandstats) against about
-// 4.8 µs of server CPU per pipelined SET NX PX.
+// about half the ceiling: what is left is the server's own work, a claim's
+// SET NX GET PXAT of a record of about 140 bytes, called from Lua, against
+// a bare SET NX PX.
 //
 // Batching is what moved the single-claim ratio: one claim per call (the
 // MaxBatch 1 row above) reached 19–29% of the ceiling in the runs before

@@ -70,11 +70,11 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 		reqs = append(reqs, idem.ClaimRequest{Scope: m.Scope, Key: m.Key, Fingerprint: m.Fingerprint, Lease: s.processLease})
 		at = append(at, i)
 	}
-	claims, err := s.ClaimBatch(ctx, reqs)
+	claims, err := s.claimCalls(ctx, reqs)
 	var leases []held
-	for k, c := range claims {
-		if c.Err == nil && c.Outcome == idem.Acquired {
-			leases = append(leases, held{msg: at[k], key: s.recordKey(reqs[k].Scope, reqs[k].Key), token: c.Token})
+	for k := range claims {
+		if c := &claims[k]; c.err == nil && c.claim.Outcome == idem.Acquired {
+			leases = append(leases, held{msg: at[k], key: c.key, token: c.claim.Token})
 		}
 	}
 	if err != nil {
@@ -82,24 +82,24 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 		return nil, fmt.Errorf("idemredis: process batch: %w", err)
 	}
 	results := make([]idem.ProcessResult, len(msgs))
-	for k, c := range claims {
-		i, m := at[k], msgs[at[k]]
+	for k := range claims {
+		i, m, c := at[k], msgs[at[k]], &claims[k]
 		switch {
-		case c.Err != nil:
+		case c.err != nil:
 			s.releaseHeld(ctx, leases)
-			return nil, fmt.Errorf("idemredis: process batch: message %d: %w", i, c.Err)
-		case c.Outcome == idem.Acquired:
+			return nil, fmt.Errorf("idemredis: process batch: message %d: %w", i, c.err)
+		case c.claim.Outcome == idem.Acquired:
 			results[i] = idem.Processed
-		case c.Outcome == idem.Completed:
+		case c.claim.Outcome == idem.Completed:
 			results[i] = idem.Duplicate
-		case c.Outcome == idem.Mismatch:
+		case c.claim.Outcome == idem.Mismatch:
 			results[i] = idem.Mismatched
-		case c.Outcome == idem.InProgress:
+		case c.claim.Outcome == idem.InProgress:
 			s.releaseHeld(ctx, leases)
 			return nil, idem.Retryable(fmt.Errorf("idemredis: process batch %q in scope %q: %w", m.Key, m.Scope, idem.ErrInProgress))
 		default:
 			s.releaseHeld(ctx, leases)
-			return nil, fmt.Errorf("idemredis: process batch: message %d: unknown claim outcome %v", i, c.Outcome)
+			return nil, fmt.Errorf("idemredis: process batch: message %d: unknown claim outcome %v", i, c.claim.Outcome)
 		}
 	}
 	fresh := make([]int, 0, len(leases))
@@ -144,15 +144,18 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 		return nil, fmt.Errorf("idemredis: process batch: handler: %w", err)
 	}
 
-	done := make([]idem.CompleteRequest, len(leases))
+	done := make([]call, len(leases))
 	for k, l := range leases {
 		m := msgs[l.msg]
-		done[k] = idem.CompleteRequest{Scope: m.Scope, Key: m.Key, Token: l.token, Retention: m.RetentionOrDefault()}
+		done[k].err = s.completeCall(&done[k], l.key, idem.CompleteRequest{Token: l.token, Retention: m.RetentionOrDefault()})
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer ccancel()
-	errs, err := s.CompleteBatch(cctx, done)
-	if err == nil {
+	if err = s.completeCalls(cctx, done); err == nil {
+		errs := make([]error, 0, len(done))
+		for k := range done {
+			errs = append(errs, done[k].err)
+		}
 		err = errors.Join(errs...)
 	}
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,6 +105,24 @@ func TestProcessBatchHandlerPanic(t *testing.T) {
 		if err != nil || cl.Outcome != idem.Acquired {
 			t.Errorf("%s after the panic: %v, %v; want acquired (released)", m.Key, cl.Outcome, err)
 		}
+	}
+}
+
+// TestProcessBatchCompletionRefused: when a record is gone by the time
+// the batch completes (an operator deleted it), the batch reports that its
+// effects ran but were not all recorded.
+func TestProcessBatchCompletionRefused(t *testing.T) {
+	t.Parallel()
+	_, _, s := privateStore(t)
+	ctx := context.Background()
+	_, err := s.ProcessBatch(ctx, []idem.Message{pmsg("kept", "1"), pmsg("gone", "1")}, func(ctx context.Context, _ []int) error {
+		return s.Delete(ctx, "pb", "gone")
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) || !strings.Contains(err.Error(), "could not all be recorded") {
+		t.Fatalf("batch whose record was deleted = %v, want ErrLeaseLost, not all recorded", err)
+	}
+	if rec, err := s.Get(ctx, "pb", "kept"); err != nil || rec.State != idem.StateCompleted {
+		t.Fatalf("the other record = %+v, %v; want completed", rec, err)
 	}
 }
 

@@ -307,6 +307,20 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]Bat
 	if err := checkBatch(reqs, "claim", idem.ValidateClaim); err != nil {
 		return nil, err
 	}
+	calls, err := s.claimCalls(ctx, reqs)
+	if calls == nil {
+		return nil, err
+	}
+	out := make([]BatchClaim, len(reqs))
+	for i := range calls {
+		out[i] = BatchClaim{Claim: calls[i].claim, Err: calls[i].err}
+	}
+	return out, err
+}
+
+// claimCalls claims valid reqs as ClaimBatch does and returns their calls,
+// which carry the record keys, or nil and an error when ctx has ended.
+func (s *Store) claimCalls(ctx context.Context, reqs []idem.ClaimRequest) ([]call, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, s.wrap("claim", err)
 	}
@@ -319,11 +333,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]Bat
 	}
 	err := s.execMulti(ctx, claimLua, ptrs, func(first, c *call) bool { return c.lease.ms == first.lease.ms },
 		func(cs []*call) rueidis.LuaExec { return claimExec(s, cs) }, s.setClaims)
-	out := make([]BatchClaim, len(reqs))
-	for i := range calls {
-		out[i] = BatchClaim{Claim: calls[i].claim, Err: calls[i].err}
-	}
-	return out, err
+	return calls, err
 }
 
 // checkBatch refuses a batch of more than MaxClaimBatch requests or with
@@ -364,10 +374,10 @@ func (s *Store) tokenReply(op, rk string, token, n int64, err error) error {
 	return nil
 }
 
-// completeCall fills c for req. A token that no claim can have issued is
-// ErrLeaseLost at once.
-func (s *Store) completeCall(c *call, req idem.CompleteRequest) error {
-	c.key, c.token, c.result, c.flags, c.retention = s.recordKey(req.Scope, req.Key), req.Token, string(req.Result), "00", millis(req.Retention)
+// completeCall fills c for req, whose record is at rk. A token that no
+// claim can have issued is ErrLeaseLost at once.
+func (s *Store) completeCall(c *call, rk string, req idem.CompleteRequest) error {
+	c.key, c.token, c.result, c.flags, c.retention = rk, req.Token, string(req.Result), "00", millis(req.Retention)
 	if c.token <= 0 {
 		return fmt.Errorf("idemredis: complete: token %d: %w", c.token, idem.ErrLeaseLost)
 	}
@@ -402,18 +412,27 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []idem.CompleteRequest) 
 		return nil, s.wrap("complete", err)
 	}
 	calls := make([]call, len(reqs))
-	ptrs := make([]*call, 0, len(reqs))
 	for i, req := range reqs {
-		if calls[i].err = s.completeCall(&calls[i], req); calls[i].err == nil {
-			ptrs = append(ptrs, &calls[i])
-		}
+		calls[i].err = s.completeCall(&calls[i], s.recordKey(req.Scope, req.Key), req)
 	}
-	err := s.execMulti(ctx, completeLua, ptrs, func(_, _ *call) bool { return true }, completeExec, s.setCompletes)
+	err := s.completeCalls(ctx, calls)
 	out := make([]error, len(reqs))
 	for i := range calls {
 		out[i] = calls[i].err
 	}
 	return out, err
+}
+
+// completeCalls completes the calls that have no error yet, as
+// CompleteBatch does, and sets each one's error.
+func (s *Store) completeCalls(ctx context.Context, calls []call) error {
+	ptrs := make([]*call, 0, len(calls))
+	for i := range calls {
+		if calls[i].err == nil {
+			ptrs = append(ptrs, &calls[i])
+		}
+	}
+	return s.execMulti(ctx, completeLua, ptrs, func(_, _ *call) bool { return true }, completeExec, s.setCompletes)
 }
 
 // Complete implements [idem.Store]. Concurrent completions share script
@@ -423,7 +442,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 		return err
 	}
 	c := &call{}
-	if err := s.completeCall(c, req); err != nil {
+	if err := s.completeCall(c, s.recordKey(req.Scope, req.Key), req); err != nil {
 		return err
 	}
 	if s.completes != nil {
