@@ -132,25 +132,38 @@ func openMigrator(ctx context.Context, cfg storeConfig) (m migrator, close func(
 	return b.Migrator(ctx, cfg)
 }
 
-// redactDSN hides a password in dsn so errors can show it.
+// redactDSN hides a password in dsn so errors can show it: the password of
+// a URL's user info, and the value of a password=… (pwd=, token=, …) query
+// or keyword/value parameter. When the URL parser cannot say where the user
+// info ends (a parse error, no "://", an '@' it did not take as the end of
+// the user info, as when the password holds a '/', '#' or '?', or a
+// USER:PASSWORD@ shape it did not take for user info), everything up to
+// the last '@' is hidden, user name included. An '@' alone in a SQLite path
+// (sqlite:///srv/app@2/idem.db) is no password.
 func redactDSN(dsn string) string {
 	u, err := url.Parse(dsn)
-	if err != nil {
-		// Unparseable: still never echo what may be a password.
-		if scheme, rest, ok := strings.Cut(dsn, "://"); ok {
-			if at := strings.LastIndex(rest, "@"); at >= 0 {
-				return scheme + "://xxxxx" + rest[at:]
+	unsure := err != nil || u.Opaque != "" || !strings.Contains(dsn, "://")
+	if at := strings.LastIndex(dsn, "@"); !unsure && at >= 0 {
+		_, beforeAt, _ := strings.Cut(dsn[:at], "://")
+		_, hasPassword := u.User.Password()
+		unsure = u.Scheme != "sqlite" && (u.User == nil || strings.ContainsRune(u.Path+u.RawQuery+u.Fragment, '@')) ||
+			!hasPassword && strings.Contains(beforeAt, ":")
+	}
+	switch {
+	case unsure:
+		if at := strings.LastIndex(dsn, "@"); at >= 0 {
+			prefix := ""
+			if scheme, _, ok := strings.Cut(dsn[:at], "://"); ok {
+				prefix = scheme + "://"
 			}
+			dsn = prefix + "xxxxx" + dsn[at:]
 		}
-		return dsn
+	case u.User != nil:
+		if _, has := u.User.Password(); has {
+			dsn = u.Redacted()
+		}
 	}
-	if u.User == nil {
-		return dsn
-	}
-	if _, has := u.User.Password(); !has {
-		return dsn
-	}
-	return u.Redacted()
+	return maskSecretParams(dsn)
 }
 
 // notMigratedError says the schema lacks migrations and how to apply them.
