@@ -29,6 +29,14 @@ var (
 	// completed or deleted meanwhile.
 	ErrLeaseLost = errors.New("idem: lease lost")
 
+	// ErrNotRecorded reports that an operation ran but its result could not
+	// be recorded: the store failed, or the lease was lost, when the result
+	// was to be stored. The effect happened; the key stays claimed until its
+	// lease expires, so a retry meanwhile gets ErrInProgress, and a retry
+	// after that runs the operation again. [Guard.Do] wraps the cause too
+	// (ErrLeaseLost, or the store's error).
+	ErrNotRecorded = errors.New("idem: the operation ran but its result could not be recorded")
+
 	// ErrNotFound reports that no record exists for the (scope, key).
 	ErrNotFound = errors.New("idem: record not found")
 

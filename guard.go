@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,7 +14,8 @@ import (
 // the defaults documented on each field.
 type GuardConfig struct {
 	// Lease is how long a claim holds the key before another caller may take
-	// over. The Guard extends it every Lease/3 while fn runs. Default 30s.
+	// over. The Guard extends it every Lease/3 while fn runs. Default 30s;
+	// values under [MinLease] are raised to it.
 	Lease time.Duration
 	// Retention is how long a completed result is kept and replayed.
 	// Default 24h.
@@ -66,7 +68,17 @@ type DoEvent struct {
 	Err error
 	// Duration is how long Do took.
 	Duration time.Duration
+	// Heartbeats is how many lease extensions were sent while fn ran, and
+	// SlowestHeartbeat the longest one took (including a failed one). A
+	// heartbeat that approaches GuardConfig.Lease/3 means the store is too
+	// slow for the lease: the lease is at risk of expiring while fn runs.
+	Heartbeats       int
+	SlowestHeartbeat time.Duration
 }
+
+// MinLease is the shortest lease a [Guard] uses: a lease must leave room
+// for a few heartbeats, each a store round trip.
+const MinLease = 100 * time.Millisecond
 
 // Guard runs a function at most once per (scope, key) over any [Store]: claim
 // with a lease, heartbeat while the function runs, store its result on
@@ -90,6 +102,7 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 	if g.cfg.Lease <= 0 {
 		g.cfg.Lease = 30 * time.Second
 	}
+	g.cfg.Lease = max(g.cfg.Lease, MinLease)
 	if g.cfg.Retention <= 0 {
 		g.cfg.Retention = DefaultRetention
 	}
@@ -261,6 +274,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	hb := g.startHeartbeat(ctx, run, cancelRun)
+	defer func() { ev.Heartbeats, ev.SlowestHeartbeat = hb.count, hb.slowest }()
 
 	// Cleanup must happen even when the caller's context is already done:
 	// otherwise a cancelled request would leave the key locked until the
@@ -283,20 +297,16 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	}()
 	val, fnErr := fn(runCtx, run)
 	panicked = false
-	lost := hb.stop()
 
-	if lost {
-		ev.Outcome = DoLeaseLost
-		if fnErr != nil {
+	if fnErr != nil && !IsFinal(fnErr) {
+		lost := hb.stop()
+		if lost {
+			ev.Outcome = DoLeaseLost
 			return res, fmt.Errorf("%w (scope %q, key %q): %w", ErrLeaseLost, call.Scope, call.Key, fnErr)
 		}
-		return res, fmt.Errorf("%w (scope %q, key %q) before the result could be stored", ErrLeaseLost, call.Scope, call.Key)
-	}
-
-	cctx, cancel := cleanupCtx()
-	defer cancel()
-	if fnErr != nil && !IsFinal(fnErr) {
 		ev.Outcome = DoFailed
+		cctx, cancel := cleanupCtx()
+		defer cancel()
 		if rerr := g.store.Release(cctx, call.Scope, call.Key, run.Token); rerr != nil {
 			if errors.Is(rerr, ErrLeaseLost) {
 				ev.Outcome = DoLeaseLost
@@ -307,6 +317,11 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 		}
 		return res, fnErr
 	}
+	if hb.lostNow() {
+		hb.stop()
+		ev.Outcome = DoLeaseLost
+		return res, fmt.Errorf("%w (scope %q, key %q) before the result could be stored", ErrLeaseLost, call.Scope, call.Key)
+	}
 
 	req := CompleteRequest{Scope: call.Scope, Key: call.Key, Token: run.Token, Result: val, Retention: g.cfg.Retention}
 	if fnErr != nil {
@@ -316,12 +331,18 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 		}
 		req.Result, req.Failed = []byte(msg), true
 	}
-	if cerr := g.store.Complete(cctx, req); cerr != nil {
+	// The heartbeat goes on while the result is recorded: if the store
+	// fails for a moment, the lease stays ours and Complete is retried, so
+	// that a retry of the operation gets ErrInProgress and then the replay,
+	// not a second execution.
+	cerr := g.complete(ctx, req, hb)
+	hb.stop()
+	if cerr != nil {
 		ev.Outcome = DoError
 		if errors.Is(cerr, ErrLeaseLost) {
 			ev.Outcome = DoLeaseLost
 		}
-		return res, fmt.Errorf("idem: the operation ran but its result could not be recorded: %w", cerr)
+		return res, fmt.Errorf("%w: %w", ErrNotRecorded, cerr)
 	}
 	ev.Outcome = DoExecuted
 	if fnErr != nil {
@@ -331,11 +352,49 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	return res, nil
 }
 
+// complete records req. A transient store error ([IsRetryable], or an
+// attempt that timed out) is retried with a growing pause while the
+// heartbeat holds the lease, for at most one lease; any other error, and
+// ErrLeaseLost, ends it at once.
+func (g *Guard) complete(ctx context.Context, req CompleteRequest, hb *heartbeat) error {
+	attempt := func() error {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.cfg.Lease/3, time.Second))
+		defer cancel()
+		return g.store.Complete(cctx, req)
+	}
+	giveUp := time.Now().Add(g.cfg.Lease)
+	pause := 20 * time.Millisecond
+	for {
+		err := attempt()
+		if err == nil || errors.Is(err, ErrLeaseLost) ||
+			!(IsRetryable(err) || errors.Is(err, context.DeadlineExceeded)) || !time.Now().Before(giveUp) {
+			return err
+		}
+		g.cfg.Logger.Warn("idem: recording the result failed; retrying while the lease holds",
+			"scope", req.Scope, "key", req.Key, "err", err)
+		t := time.NewTimer(min(pause, time.Until(giveUp)))
+		select {
+		case <-t.C:
+		case <-hb.done:
+			// The heartbeat gave up: the store was unreachable for a whole
+			// lease, or the lease was lost. One last attempt; fencing
+			// refuses it if another caller has taken over meanwhile.
+			t.Stop()
+			return attempt()
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
 // heartbeat extends a lease while the guarded function runs.
 type heartbeat struct {
-	done chan struct{}
+	done chan struct{} // closed when the heartbeat goroutine ends
 	quit chan struct{}
-	lost bool
+	lost atomic.Bool
+	// count and slowest are written by the heartbeat goroutine and read
+	// only after done is closed.
+	count   int
+	slowest time.Duration
 }
 
 func (g *Guard) startHeartbeat(ctx context.Context, run Run, cancelRun context.CancelCauseFunc) *heartbeat {
@@ -358,17 +417,24 @@ func (g *Guard) startHeartbeat(ctx context.Context, run Run, cancelRun context.C
 			sent := time.Now()
 			_, err := g.store.Extend(ectx, run.Scope, run.Key, run.Token, lease)
 			cancel()
+			took := time.Since(sent)
+			hb.count++
+			hb.slowest = max(hb.slowest, took)
+			if took >= lease/3 {
+				g.cfg.Logger.Warn("idem: lease heartbeat is slow for the lease; the lease may expire while the operation runs",
+					"scope", run.Scope, "key", run.Key, "took", took, "lease", lease)
+			}
 			switch {
 			case err == nil:
 				deadline = sent.Add(lease)
 			case errors.Is(err, ErrLeaseLost):
-				hb.lost = true
+				hb.lost.Store(true)
 				cancelRun(fmt.Errorf("%w (scope %q, key %q, token %d)", ErrLeaseLost, run.Scope, run.Key, run.Token))
 				return
 			default:
 				g.cfg.Logger.Warn("idem: lease heartbeat failed", "scope", run.Scope, "key", run.Key, "err", err)
 				if !time.Now().Before(deadline) {
-					hb.lost = true
+					hb.lost.Store(true)
 					cancelRun(fmt.Errorf("%w (scope %q, key %q): store unreachable for a whole lease: %w", ErrLeaseLost, run.Scope, run.Key, err))
 					return
 				}
@@ -386,8 +452,11 @@ func (hb *heartbeat) stop() bool {
 		close(hb.quit)
 	}
 	<-hb.done
-	return hb.lost
+	return hb.lost.Load()
 }
+
+// lostNow reports whether the heartbeat has found the lease lost so far.
+func (hb *heartbeat) lostNow() bool { return hb.lost.Load() }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -448,10 +449,11 @@ func TestGuardOnDoReportsEveryOutcome(t *testing.T) {
 	if ev := rec.last(t); ev.Outcome != idem.DoError || !idem.IsRetryable(ev.Err) || ev.Token != 0 {
 		t.Errorf("claim fails: event %+v, want error with the store's retryable error and no token", ev)
 	}
-	gc := idem.NewGuard(completeFailsStore{store}, cfg)
+	// A Complete that keeps failing is retried for one lease, then given up.
+	gc := idem.NewGuard(completeFailsStore{store}, &idem.GuardConfig{OnDo: rec.on, Lease: 300 * time.Millisecond})
 	_, _ = gc.Do(ctx, call("r"), ok)
 	ev = rec.last(t)
-	if ev.Outcome != idem.DoError || !idem.IsRetryable(ev.Err) || ev.Token == 0 {
+	if ev.Outcome != idem.DoError || !idem.IsRetryable(ev.Err) || !errors.Is(ev.Err, idem.ErrNotRecorded) || ev.Token == 0 {
 		t.Errorf("complete fails: event %+v, want error with the store's retryable error and the run's token", ev)
 	}
 
@@ -463,4 +465,121 @@ func TestGuardOnDoReportsEveryOutcome(t *testing.T) {
 	}
 	_, _ = gw.Do(cctx, call("w"), ok)
 	want("wait cancelled", rec.last(t), idem.DoError, context.Canceled, false)
+}
+
+// flakyCompleteStore fails the first n Completes with a transient error and
+// checks, at each failure, that the key is still held against other callers.
+type flakyCompleteStore struct {
+	idem.Store
+	n        atomic.Int32
+	heldSeen atomic.Int32
+	err      error
+}
+
+func (s *flakyCompleteStore) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if s.n.Add(-1) >= 0 {
+		c, err := s.Store.Claim(ctx, idem.ClaimRequest{Scope: req.Scope, Key: req.Key, Fingerprint: call("").Fingerprint, Lease: time.Second})
+		if err == nil && c.Outcome == idem.InProgress {
+			s.heldSeen.Add(1)
+		}
+		return s.err
+	}
+	return s.Store.Complete(ctx, req)
+}
+
+// A store that fails for a moment while the result is recorded: the Guard
+// retries the record while it holds the lease, so the operation is recorded
+// once and a retry meanwhile finds it in progress, never free to run again.
+func TestGuardRetriesRecordWhileLeaseHolds(t *testing.T) {
+	t.Parallel()
+	store := &flakyCompleteStore{Store: idemtest.NewMemoryStore(nil), err: idem.Retryable(errors.New("connection reset"))}
+	store.n.Store(3)
+	var rec events
+	g := idem.NewGuard(store, &idem.GuardConfig{OnDo: rec.on})
+	var runs atomic.Int32
+	fn := func(context.Context, idem.Run) ([]byte, error) { runs.Add(1); return []byte("charged"), nil }
+	res, err := g.Do(context.Background(), call("flaky"), fn)
+	if err != nil || string(res.Value) != "charged" || res.Replayed {
+		t.Fatalf("Do = %+v, %v; want the result, recorded after the store came back", res, err)
+	}
+	if ev := rec.last(t); ev.Outcome != idem.DoExecuted {
+		t.Fatalf("event %+v, want executed", ev)
+	}
+	if got := store.heldSeen.Load(); got != 3 {
+		t.Fatalf("the key was held during %d of 3 failed records", got)
+	}
+	again, err := g.Do(context.Background(), call("flaky"), fn)
+	if err != nil || !again.Replayed || string(again.Value) != "charged" || runs.Load() != 1 {
+		t.Fatalf("retry = %+v, %v after %d runs; want the replay of the one run", again, err, runs.Load())
+	}
+}
+
+// A store error that is not transient is not retried: Do reports at once
+// that the effect happened but was not recorded, and the key stays claimed
+// (a retry gets ErrInProgress until the lease expires), not released.
+func TestGuardUnrecordedResultKeepsKeyClaimed(t *testing.T) {
+	t.Parallel()
+	mem := idemtest.NewMemoryStore(nil)
+	store := &flakyCompleteStore{Store: mem, err: errors.New("disk full")}
+	store.n.Store(100)
+	g := idem.NewGuard(store, nil)
+	var runs atomic.Int32
+	fn := func(context.Context, idem.Run) ([]byte, error) { runs.Add(1); return []byte("charged"), nil }
+	_, err := g.Do(context.Background(), call("unrecorded"), fn)
+	if !errors.Is(err, idem.ErrNotRecorded) || errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Do = %v, want ErrNotRecorded", err)
+	}
+	if left := store.n.Load(); left != 99 {
+		t.Fatalf("Complete tried %d times, want once for a permanent error", 100-left)
+	}
+	if _, err := g.Do(context.Background(), call("unrecorded"), fn); !errors.Is(err, idem.ErrInProgress) || runs.Load() != 1 {
+		t.Fatalf("retry = %v after %d runs; want ErrInProgress and no second run", err, runs.Load())
+	}
+	rec, err := mem.Get(context.Background(), "test", "unrecorded")
+	if err != nil || rec.State != idem.StateInProgress {
+		t.Fatalf("record %+v, %v; want it still in progress", rec, err)
+	}
+}
+
+// slowExtendStore delays every Extend and signals that one happened.
+type slowExtendStore struct {
+	idem.Store
+	delay    time.Duration
+	extended chan struct{}
+}
+
+func (s *slowExtendStore) Extend(ctx context.Context, scope, key string, token int64, lease time.Duration) (time.Time, error) {
+	time.Sleep(s.delay)
+	select {
+	case s.extended <- struct{}{}:
+	default:
+	}
+	// Past the Guard's per-heartbeat timeout: finish regardless, as a slow
+	// server would.
+	return s.Store.Extend(context.WithoutCancel(ctx), scope, key, token, lease)
+}
+
+// DoEvent reports how many heartbeats ran and the slowest one, so metrics
+// can show a store whose latency approaches the lease.
+func TestGuardReportsHeartbeatLatency(t *testing.T) {
+	t.Parallel()
+	store := &slowExtendStore{Store: idemtest.NewMemoryStore(nil), delay: 120 * time.Millisecond, extended: make(chan struct{})}
+	var rec events
+	g := idem.NewGuard(store, &idem.GuardConfig{OnDo: rec.on, Lease: 300 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	_, err := g.Do(context.Background(), call("hb"), func(ctx context.Context, _ idem.Run) ([]byte, error) {
+		select {
+		case <-store.extended:
+			return []byte("ok"), nil
+		case <-time.After(time.Minute):
+			return nil, errors.New("no heartbeat within a minute")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := rec.last(t)
+	if ev.Heartbeats < 1 || ev.SlowestHeartbeat < store.delay {
+		t.Fatalf("event %+v: want at least one heartbeat of at least %v", ev, store.delay)
+	}
 }
