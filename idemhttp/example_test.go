@@ -57,8 +57,8 @@ func ExampleMiddleware() {
 	// Output:
 	// 201  {"charge":"ch_1"}
 	// 201 true {"charge":"ch_1"}
-	// 422  {"type":"https://idem-go.dev/problems/key-reused","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was already used with a different method, path, body or significant header"}
-	// 400  {"type":"https://idem-go.dev/problems/key-missing","title":"Idempotency-Key required","status":400,"detail":"this endpoint requires an Idempotency-Key header"}
+	// 422  {"type":"https://idem-go.dev/problems/key-reused","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was already used with a different method, path, body or significant header","code":"idempotency_key_reused"}
+	// 400  {"type":"https://idem-go.dev/problems/key-missing","title":"Idempotency-Key required","status":400,"detail":"this endpoint requires an Idempotency-Key header","code":"idempotency_key_missing"}
 	// charges: 1
 }
 

@@ -2,6 +2,8 @@ package idemhttp
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,10 +12,12 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -26,6 +30,17 @@ const DefaultHeaderName = "Idempotency-Key"
 
 // ReplayedHeader is set to "true" on every replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
+
+// RecordedHeader is set to "false" on a response whose handler ran but
+// whose record could not be written (the store failed, or the lease was
+// lost): the effect happened, but a retry after the lease expires will run
+// it again. It is never set otherwise.
+const RecordedHeader = "Idempotent-Recorded"
+
+// defaultReplayHeaders are the response headers stored and replayed
+// without being named in Config.ReplayHeaders.
+var defaultReplayHeaders = []string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified", "Link",
+	"Request-Id", "X-Request-Id"}
 
 // DefaultMaxBodyBytes is the default limit on a request body.
 const DefaultMaxBodyBytes = 1 << 20
@@ -53,7 +68,9 @@ type Config struct {
 	// "Idempotency-Key".
 	HeaderName string
 	// Methods are the methods the middleware applies to; other methods pass
-	// through. Default POST and PATCH.
+	// through. Default POST and PATCH. Methods match whatever their case:
+	// "post" is POST (servers such as Werkzeug treat it so), and it is
+	// scoped and fingerprinted as POST.
 	Methods []string
 	// RequireKey makes a missing key a 400 instead of a pass-through.
 	RequireKey bool
@@ -76,12 +93,13 @@ type Config struct {
 	// SignificantHeaders are request headers that are part of the
 	// fingerprint (for example Accept or a tenant header).
 	SignificantHeaders []string
-	// StoreHeaders are response headers stored and replayed in addition to
-	// Content-Type, Location, Content-Location, ETag, Last-Modified and
-	// Link. Naming a header that is never stored (Set-Cookie, Date,
-	// Authorization, rate-limit headers, hop-by-hop headers…) is a
-	// configuration error.
-	StoreHeaders []string
+	// ReplayHeaders are response headers stored and replayed in addition to
+	// Content-Type, Location, Content-Location, ETag, Last-Modified, Link,
+	// Request-Id and X-Request-Id. Naming a header that is never stored
+	// (Set-Cookie, Date, Authorization, rate-limit headers, hop-by-hop
+	// headers…) is a configuration error. The Idempotency-Key header is
+	// echoed on every response to a request that carries a valid one.
+	ReplayHeaders []string
 
 	// MaxBodyBytes bounds the request body. Default 1 MiB.
 	MaxBodyBytes int64
@@ -92,14 +110,28 @@ type Config struct {
 	MaxResponseBytes int
 
 	// Lease, Retention and Wait configure the underlying idem.Guard: the
-	// lease (heartbeated every Lease/3, default 30s), how long responses
-	// are replayed (default 24h) and, when positive, how long a retry
-	// waits for an in-flight first request before answering 409.
+	// lease (heartbeated every Lease/3, default 30s, at least
+	// idem.MinLease), how long responses are replayed (default 24h) and,
+	// when positive, how long a retry waits for an in-flight first request
+	// before answering 409.
 	Lease     time.Duration
 	Retention time.Duration
 	Wait      time.Duration
 	// RetryAfter is sent with 409 in-flight responses. Default 1s.
 	RetryAfter time.Duration
+
+	// CancelOnDisconnect makes the handler's context end when the client
+	// goes away, as plain net/http does. By default it does not: once the
+	// handler has started, a client that disconnects or times out neither
+	// cancels it nor releases the key; the response is recorded and the
+	// client's retry gets 409 while it runs and the replay after. A client
+	// that leaves before the handler starts (while its claim or Wait is
+	// pending) still stops everything. With CancelOnDisconnect a lost lease
+	// cancels the handler too.
+	CancelOnDisconnect bool
+	// HandlerTimeout, when positive, bounds the handler's context (which
+	// the client's disconnect does not end). Default: no bound.
+	HandlerTimeout time.Duration
 
 	// ShouldStore decides from the final status whether a response is
 	// stored and replayed (true) or the key released so a retry runs the
@@ -113,7 +145,11 @@ type Config struct {
 	// (idemtest.MemoryStore). For tests only.
 	AllowNonDurable bool
 
-	// ErrorHandler writes every error response. Default [WriteProblem].
+	// ErrorFormat selects the error responses' shape: [FormatProblem]
+	// (RFC 9457, the default) or [FormatStripe].
+	ErrorFormat ErrorFormat
+	// ErrorHandler, if set, writes every error response instead (then
+	// ErrorFormat is ignored).
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, p *Problem)
 	// OnRequest, if set, is called once per request the middleware handles
 	// (not for pass-throughs), for logging and metrics.
@@ -145,10 +181,19 @@ const (
 	OutcomeMismatch  Outcome = "mismatch"   // 422: the key was used with another request
 	OutcomeDiscarded Outcome = "discarded"  // 410: completed, response too large to keep
 	OutcomeRejected  Outcome = "rejected"   // 4xx before the store was touched
-	OutcomeError     Outcome = "error"      // a store failure or a lost lease
+	OutcomeError     Outcome = "error"      // a store failure before the handler ran
 	OutcomePanic     Outcome = "panic"      // the handler panicked; the key was released
-	OutcomeTombstone Outcome = "tombstoned" // the handler ran; its response was too large to keep
+	OutcomeTombstone Outcome = "tombstoned" // the handler ran; its response was too large to keep, or a protocol switch
 	OutcomeCanceled  Outcome = "canceled"   // the client went away before the handler ran
+	// OutcomeNotRecorded: the handler ran and its response was sent (with
+	// Idempotent-Recorded: false), but the record could not be written:
+	// the store failed or the lease was lost. The key stays claimed until
+	// its lease expires.
+	OutcomeNotRecorded Outcome = "not_recorded"
+	// OutcomeInDoubt: the proxy's upstream received the request and did
+	// not answer; the outcome-unknown answer was recorded (or, with
+	// InDoubtRelease, the key released).
+	OutcomeInDoubt Outcome = "in_doubt"
 )
 
 // Event describes one request the middleware handled.
@@ -159,7 +204,11 @@ type Event struct {
 	Outcome   Outcome
 	Status    int
 	Latency   time.Duration
-	// Err is the failure behind OutcomeError, if any.
+	// ClientGone is set when the client went away while its request was
+	// handled; the handler went on and its response was recorded.
+	ClientGone bool
+	// Err is the failure behind OutcomeError, OutcomeNotRecorded or
+	// OutcomeInDoubt, if any.
 	Err error
 }
 
@@ -194,10 +243,10 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	}
 	m.methods = make(map[string]bool, len(c.Methods))
 	for _, meth := range c.Methods {
-		m.methods[meth] = true
+		m.methods[strings.ToUpper(meth)] = true
 	}
 	m.allowed = map[string]bool{}
-	for _, h := range append([]string{"Content-Type", "Location", "Content-Location", "ETag", "Last-Modified", "Link"}, c.StoreHeaders...) {
+	for _, h := range append(slices.Clone(defaultReplayHeaders), c.ReplayHeaders...) {
 		if neverStored(h) {
 			return nil, fmt.Errorf("idemhttp: %w: header %q is never stored or replayed", idem.ErrInvalidConfig, h)
 		}
@@ -216,6 +265,13 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = time.Second
 	}
+	if c.Lease != 0 && c.Lease < idem.MinLease {
+		return nil, fmt.Errorf("idemhttp: %w: Lease %v is shorter than idem.MinLease (%v): it must leave room for a few heartbeats",
+			idem.ErrInvalidConfig, c.Lease, idem.MinLease)
+	}
+	if c.HandlerTimeout < 0 {
+		return nil, fmt.Errorf("idemhttp: %w: HandlerTimeout must not be negative, got %v", idem.ErrInvalidConfig, c.HandlerTimeout)
+	}
 	if c.ShouldStore == nil {
 		c.ShouldStore = DefaultShouldStore
 	}
@@ -225,9 +281,13 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	writeError, err := c.ErrorFormat.writer()
+	if err != nil {
+		return nil, err
+	}
 	m.errorFunc = c.ErrorHandler
 	if m.errorFunc == nil {
-		m.errorFunc = WriteProblem
+		m.errorFunc = writeError
 	}
 	m.guard = idem.NewGuard(store, &idem.GuardConfig{
 		Lease: c.Lease, Retention: c.Retention, Wait: c.Wait, Logger: c.Logger,
@@ -291,13 +351,13 @@ func (m *Middleware) Guard() *idem.Guard { return m.guard }
 
 // Check prepares r for an idempotent execution without touching the store:
 // it parses and validates the key, determines the scope, reads the body
-// (within MaxBodyBytes; r.Body is replaced so it can be read again) and
-// computes the fingerprint. It returns ErrNotCovered for a request the
-// middleware would let through, or a *Problem describing why r must be
-// rejected. Callers that build their own responses pass the Call to
-// Guard().Do.
+// (within MaxBodyBytes, decoding a gzip or deflate Content-Encoding; r.Body
+// is replaced so it can be read again) and computes the fingerprint. It
+// returns ErrNotCovered for a request the middleware would let through, or
+// a *Problem describing why r must be rejected. Callers that build their
+// own responses pass the Call to Guard().Do.
 func (m *Middleware) Check(r *http.Request) (idem.Call, error) {
-	call, p := m.check(nil, r)
+	call, _, p := m.check(nil, r)
 	if p != nil {
 		return call, p
 	}
@@ -305,28 +365,29 @@ func (m *Middleware) Check(r *http.Request) (idem.Call, error) {
 }
 
 // check is Check with the response writer, so that an oversized body also
-// closes the connection.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request) (idem.Call, *Problem) {
-	var call idem.Call
-	if !m.methods[r.Method] {
-		return call, notCovered
+// closes the connection. raw is the key header's value as sent, once the
+// key is known to be valid.
+func (m *Middleware) check(w http.ResponseWriter, r *http.Request) (call idem.Call, raw string, p *Problem) {
+	method := strings.ToUpper(r.Method)
+	if !m.methods[method] {
+		return call, "", notCovered
 	}
 	values := r.Header.Values(m.header)
 	switch {
 	case len(values) == 0 && !m.cfg.RequireKey:
-		return call, notCovered
+		return call, "", notCovered
 	case len(values) == 0:
-		return call, newProblem(http.StatusBadRequest, TypeKeyMissing, "Idempotency-Key required",
+		return call, "", newProblem(http.StatusBadRequest, TypeKeyMissing, "Idempotency-Key required",
 			fmt.Errorf("this endpoint requires an %s header", m.header))
 	case len(values) > 1:
-		return call, newProblem(http.StatusBadRequest, TypeKeyInvalid, "Invalid Idempotency-Key",
+		return call, "", newProblem(http.StatusBadRequest, TypeKeyInvalid, "Invalid Idempotency-Key",
 			fmt.Errorf("%w: %d %s headers; send exactly one", idem.ErrInvalidKey, len(values), m.header))
 	}
 	key, err := parseKey(values[0])
 	if err != nil {
-		return call, newProblem(http.StatusBadRequest, TypeKeyInvalid, "Invalid Idempotency-Key", err)
+		return call, "", newProblem(http.StatusBadRequest, TypeKeyInvalid, "Invalid Idempotency-Key", err)
 	}
-	call.Key = key
+	call.Key, raw = key, values[0]
 
 	route := m.cfg.Route(r)
 	principal := ""
@@ -340,36 +401,91 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) (idem.Call, *
 		err = errors.New("the server has no Principal function configured and shared scope is off")
 	}
 	if err != nil {
-		return call, newProblem(http.StatusBadRequest, TypeScopeMissing, "Idempotency key cannot be scoped",
+		return call, raw, newProblem(http.StatusBadRequest, TypeScopeMissing, "Idempotency key cannot be scoped",
 			fmt.Errorf("%w: %w", idem.ErrInvalidScope, err))
 	}
-	call.Scope = scopeOf(principal, r.Method, route)
+	call.Scope = scopeOf(principal, method, route)
 
 	body, p := m.readBody(w, r)
 	if p != nil {
-		return call, p
+		return call, raw, p
 	}
-	// The content's kind is hashed too, so that a JSON document and the
-	// same bytes sent as another media type never match.
-	kind, content := "raw", body
-	if isJSON(r.Header.Get("Content-Type")) {
-		kind = "json"
-		// A JSON request without a document (empty or only white space)
-		// has nothing to canonicalise; it fingerprints as empty.
-		if len(bytes.TrimSpace(body)) == 0 {
-			content = nil
-		} else if content, err = idem.CanonicalJSON(body); err != nil {
-			return call, newProblem(http.StatusBadRequest, TypeBodyInvalid, "Invalid JSON body", err)
-		}
+	kind, content, p := m.content(r, body)
+	if p != nil {
+		return call, raw, p
 	}
 	parts := make([][]byte, 0, 6+2*len(m.cfg.SignificantHeaders))
-	parts = append(parts, []byte("idemhttp-v1"), []byte(r.Method), []byte(route), []byte(r.URL.RequestURI()),
+	parts = append(parts, []byte("idemhttp-v1"), []byte(method), []byte(route), []byte(r.URL.RequestURI()),
 		[]byte(kind), content)
 	for _, h := range m.cfg.SignificantHeaders {
 		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\n")))
 	}
 	call.Fingerprint = idem.FingerprintParts(parts...)
-	return call, nil
+	return call, raw, nil
+}
+
+// content returns what the fingerprint hashes of body: its kind and its
+// bytes, decoded from a gzip or deflate Content-Encoding and, for JSON,
+// canonicalised. A JSON document and the same bytes sent as another media
+// type never match; a body in an encoding idem does not decode is hashed
+// as it is, with the encoding's name.
+func (m *Middleware) content(r *http.Request, body []byte) (kind string, content []byte, p *Problem) {
+	content = body
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip", "x-gzip", "deflate":
+		var err error
+		if content, err = m.decode(enc, body); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return "", nil, newProblem(http.StatusRequestEntityTooLarge, TypeBodyTooLarge, "Request body too large",
+					fmt.Errorf("decoded from %s, the body exceeds the limit of %d bytes", enc, mbe.Limit))
+			}
+			return "", nil, newProblem(http.StatusBadRequest, TypeBodyInvalid, "Request body could not be decoded",
+				fmt.Errorf("Content-Encoding %s: %w", enc, err))
+		}
+	default:
+		return "raw;" + enc, body, nil
+	}
+	if !isJSON(r.Header.Get("Content-Type")) {
+		return "raw", content, nil
+	}
+	// A JSON request without a document (empty or only white space) has
+	// nothing to canonicalise; it fingerprints as empty.
+	if len(bytes.TrimSpace(content)) == 0 {
+		return "json", nil, nil
+	}
+	canon, err := idem.CanonicalJSON(content)
+	if err != nil {
+		return "", nil, newProblem(http.StatusBadRequest, TypeBodyInvalid, "Invalid JSON body", err)
+	}
+	return "json", canon, nil
+}
+
+// decode undoes a gzip or deflate (zlib) Content-Encoding, within
+// MaxBodyBytes of decoded output.
+func (m *Middleware) decode(enc string, body []byte) ([]byte, error) {
+	var (
+		zr  io.ReadCloser
+		err error
+	)
+	if enc == "deflate" {
+		zr, err = zlib.NewReader(bytes.NewReader(body))
+	} else {
+		zr, err = gzip.NewReader(bytes.NewReader(body))
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	out, err := readAll(io.LimitReader(zr, m.cfg.MaxBodyBytes+1), int64(len(body))*2)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(out)) > m.cfg.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: m.cfg.MaxBodyBytes}
+	}
+	return out, nil
 }
 
 // notCovered is a sentinel problem that check returns for a pass-through.
@@ -406,16 +522,37 @@ func isJSON(contentType string) bool {
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }
 
+// readBody reads the whole body within MaxBodyBytes into one buffer. A
+// declared Content-Length over the limit is refused before anything is
+// read or allocated.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Problem) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
+	tooLarge := func() *Problem {
+		return newProblem(http.StatusRequestEntityTooLarge, TypeBodyTooLarge, "Request body too large",
+			fmt.Errorf("the limit is %d bytes", m.cfg.MaxBodyBytes))
+	}
+	if r.ContentLength > m.cfg.MaxBodyBytes {
+		if w != nil {
+			// The body stays unread: the connection cannot be reused.
+			w.Header().Set("Connection", "close")
+		}
+		return nil, tooLarge()
+	}
+	body, err := readAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes), r.ContentLength)
 	_ = r.Body.Close()
 	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, newProblem(http.StatusRequestEntityTooLarge, TypeBodyTooLarge, "Request body too large",
-				fmt.Errorf("the limit is %d bytes", mbe.Limit))
+		var (
+			mbe *http.MaxBytesError
+			ne  net.Error
+		)
+		switch {
+		case errors.As(err, &mbe):
+			return nil, tooLarge()
+		case errors.As(err, &ne) && ne.Timeout():
+			return nil, newProblem(http.StatusRequestTimeout, TypeBodyTimeout, "Request body timed out",
+				errors.New("the body did not arrive within the server's read deadline"))
 		}
 		return nil, newProblem(http.StatusBadRequest, TypeBodyInvalid, "Request body could not be read", err)
 	}
@@ -425,12 +562,31 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 	return body, nil
 }
 
+// readAll is io.ReadAll with a first buffer of size hint (when positive),
+// so a body of known length is read into one allocation.
+func readAll(r io.Reader, hint int64) ([]byte, error) {
+	b := make([]byte, 0, max(512, min(hint, 1<<20)+1))
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
+}
+
 // Handler wraps next. Its method value has the usual middleware type
 // func(http.Handler) http.Handler.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		call, p := m.check(w, r)
+		call, raw, p := m.check(w, r)
 		if p == notCovered {
 			next.ServeHTTP(w, r)
 			return
@@ -446,12 +602,15 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 				m.cfg.OnRequest(r, ev)
 			}()
 		}
+		if raw != "" {
+			w.Header().Set(m.header, raw)
+		}
 		if p != nil {
 			ev.Outcome, ev.Status = OutcomeRejected, p.Status
 			m.errorFunc(w, r, p)
 			return
 		}
-		m.serve(w, r, next, call, &ev)
+		m.serve(w, r, next, call, raw, &ev)
 	})
 }
 
@@ -460,37 +619,116 @@ func scopeHash(scope string) string {
 	return hex.EncodeToString(h[:8])
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, call idem.Call, ev *Event) {
-	cw := &captureWriter{rw: w, m: m, limit: m.cfg.MaxResponseBytes}
+// errClientLeft ends an execution whose client went away before its
+// handler started.
+var errClientLeft = errors.New("idemhttp: the client went away before the handler started")
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, call idem.Call, raw string, ev *Event) {
+	cw := &captureWriter{rw: w, m: m, limit: m.cfg.MaxResponseBytes, echo: raw}
+	// The execution's context. Until the handler starts, the client's
+	// disconnect ends it (the claim, a Wait); from then on it does not,
+	// unless CancelOnDisconnect is set.
+	execCtx, cancelExec := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	defer cancelExec(nil)
+	var (
+		mu      sync.Mutex
+		started bool
+	)
+	stopWatch := context.AfterFunc(r.Context(), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started || m.cfg.CancelOnDisconnect {
+			cancelExec(context.Cause(r.Context()))
+		}
+	})
+	defer stopWatch()
+
 	ran := false
 	fn := func(ctx context.Context, _ idem.Run) ([]byte, error) {
-		ran = true
-		next.ServeHTTP(cw, r.WithContext(ctx))
-		status := cw.finalStatus()
-		if cw.release || !m.cfg.ShouldStore(status) {
-			return nil, errReleased
+		mu.Lock()
+		if execCtx.Err() != nil {
+			mu.Unlock()
+			return nil, errClientLeft // the key is released: nothing ran
 		}
-		rec := storedResponse{status: status, header: cw.header, body: cw.body.Bytes(), discarded: cw.over}
-		if cw.over {
-			rec.header, rec.body = nil, nil
+		started = true
+		mu.Unlock()
+		// The handler runs on the execution's context, not on the lease's:
+		// a lost lease does not abort an execution that may already have
+		// had its effect; only its record is refused.
+		hctx := execCtx
+		if m.cfg.CancelOnDisconnect {
+			hctx = ctx
+		}
+		if m.cfg.HandlerTimeout > 0 {
+			var cancel context.CancelFunc
+			hctx, cancel = context.WithTimeout(hctx, m.cfg.HandlerTimeout)
+			defer cancel()
+		}
+		ran = true
+		next.ServeHTTP(cw, r.WithContext(hctx))
+		rec := cw.record()
+		if rec == nil {
+			return nil, errReleased
 		}
 		return rec.encode(), nil
 	}
-	res, err := m.do(r, call, fn, cw, ev)
+	res, err := m.do(execCtx, r, call, fn, cw, ev)
 	if ev.Outcome == OutcomePanic {
 		return
 	}
-	cw.commit()
+	defer func() {
+		ev.ClientGone = cw.gone
+		if cw.abort {
+			// The response broke off after part of it was sent: end the
+			// client's connection rather than pretend it is whole. What the
+			// retry gets is what was recorded.
+			panic(http.ErrAbortHandler)
+		}
+	}()
+	if cw.hijacked {
+		// The connection belongs to the handler; nothing more may be
+		// written to it.
+		ev.Outcome, ev.Status = OutcomeTombstone, http.StatusSwitchingProtocols
+		if err != nil {
+			ev.Outcome, ev.Err = OutcomeNotRecorded, err
+		}
+		return
+	}
 	switch {
+	case ran && err != nil && !errors.Is(err, errReleased) && !errors.Is(err, errClientLeft):
+		// The handler ran and its response is on its way; only the record
+		// failed (lost lease, store down). The response says so, and the
+		// key stays claimed until its lease expires, so an immediate retry
+		// gets 409 rather than a second run.
+		if !cw.streaming {
+			w.Header().Set(RecordedHeader, "false")
+		}
+		cw.commit()
+		ev.Outcome, ev.Status, ev.Err = OutcomeNotRecorded, cw.finalStatus(), err
+		m.cfg.Logger.Error("idemhttp: handler ran but its response could not be recorded; a retry after the lease expires runs it again",
+			"scope_hash", scopeHash(call.Scope), "key", call.Key, "status", cw.finalStatus(), "err", err)
+		return
 	case err == nil && !res.Replayed:
+		cw.commit()
 		ev.Outcome, ev.Status = OutcomeExecuted, cw.finalStatus()
-		if cw.over {
+		switch {
+		case cw.inDoubt:
+			ev.Outcome = OutcomeInDoubt
+		case cw.over:
 			ev.Outcome = OutcomeTombstone
 		}
+		return
+	case errors.Is(err, errReleased):
+		cw.commit()
+		ev.Outcome, ev.Status = OutcomeReleased, cw.finalStatus()
+		if cw.inDoubt {
+			ev.Outcome = OutcomeInDoubt
+		}
+		return
+	}
+	switch {
 	case err == nil:
 		m.replay(w, r, res.Value, ev)
-	case errors.Is(err, errReleased):
-		ev.Outcome, ev.Status = OutcomeReleased, cw.finalStatus()
 	case errors.Is(err, idem.ErrInProgress):
 		p := newProblem(http.StatusConflict, TypeKeyInFlight, "Request with this Idempotency-Key is in flight",
 			errors.New("a request with this key is still being processed; retry later"))
@@ -502,13 +740,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		p.Err = idem.ErrFingerprintMismatch
 		m.reject(w, r, p, OutcomeMismatch, ev)
 	case errors.Is(err, idem.ErrResultDiscarded):
-		m.discarded(w, r, ev)
-	case ran:
-		// The handler ran and its response is on its way; only the record
-		// failed (lost lease, store down). Nothing can be said to the client.
-		ev.Outcome, ev.Status, ev.Err = OutcomeError, cw.finalStatus(), err
-		m.cfg.Logger.Error("idemhttp: handler ran but its response could not be recorded",
-			"scope_hash", scopeHash(call.Scope), "key", call.Key, "err", err)
+		m.discarded(w, r, ev, false)
 	case r.Context().Err() != nil:
 		// The client left (typically while waiting for an in-flight first
 		// request); nothing ran and nobody is listening. 499 as in nginx.
@@ -522,7 +754,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // do runs Guard.Do, turning a handler panic into a 500 when configured.
-func (m *Middleware) do(r *http.Request, call idem.Call, fn func(context.Context, idem.Run) ([]byte, error),
+func (m *Middleware) do(ctx context.Context, r *http.Request, call idem.Call, fn func(context.Context, idem.Run) ([]byte, error),
 	cw *captureWriter, ev *Event) (res idem.Result, err error) {
 	panicking := true
 	defer func() {
@@ -538,12 +770,12 @@ func (m *Middleware) do(r *http.Request, call idem.Call, fn func(context.Context
 			panic(v)
 		}
 		m.cfg.Logger.Error("idemhttp: handler panicked; key released", "scope_hash", scopeHash(call.Scope), "key", call.Key, "panic", v)
-		if !cw.streaming {
+		if !cw.streaming && !cw.hijacked {
 			m.errorFunc(cw.rw, r, newProblem(http.StatusInternalServerError, TypeHandlerPanic, "Internal error",
 				errors.New("the request failed and was not recorded; it may be retried")))
 		}
 	}()
-	res, err = m.guard.Do(r.Context(), call, fn)
+	res, err = m.guard.Do(ctx, call, fn)
 	panicking = false
 	return res, err
 }
@@ -553,8 +785,13 @@ func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, p *Problem, 
 	m.errorFunc(w, r, p)
 }
 
-func (m *Middleware) discarded(w http.ResponseWriter, r *http.Request, ev *Event) {
+func (m *Middleware) discarded(w http.ResponseWriter, r *http.Request, ev *Event, upgraded bool) {
 	p := newProblem(http.StatusGone, TypeResultDiscarded, "Response not available", idem.ErrResultDiscarded)
+	if upgraded {
+		p = newProblem(http.StatusGone, TypeResponseNotRecordable, "Response not available",
+			errors.New("the request with this key switched protocols (101); it will not run again and there is nothing to replay"))
+		p.Err = idem.ErrResultDiscarded
+	}
 	m.reject(w, r, p, OutcomeDiscarded, ev)
 }
 
@@ -566,7 +803,7 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, value []byte
 		return
 	}
 	if sr.discarded {
-		m.discarded(w, r, ev)
+		m.discarded(w, r, ev, sr.upgraded)
 		return
 	}
 	h := w.Header()

@@ -214,7 +214,7 @@ func TestBodyLimits(t *testing.T) {
 func TestHeadersNeverStored(t *testing.T) {
 	t.Parallel()
 	p := &payments{}
-	mw, _ := newMiddleware(t, &idemhttp.Config{StoreHeaders: []string{"X-Custom"}})
+	mw, _ := newMiddleware(t, &idemhttp.Config{ReplayHeaders: []string{"X-Custom"}})
 	h := mw.Handler(p)
 	first := do(h, http.MethodPost, "k", body1)
 	if first.Header().Get("Set-Cookie") == "" {
@@ -232,9 +232,9 @@ func TestHeadersNeverStored(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"Set-Cookie", "date", "Authorization", "RateLimit-Remaining", "Idempotent-Replayed"} {
-		_, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{AllowNonDurable: true, StoreHeaders: []string{bad}})
+		_, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{AllowNonDurable: true, ReplayHeaders: []string{bad}})
 		if !errors.Is(err, idem.ErrInvalidConfig) {
-			t.Errorf("StoreHeaders %q: err = %v", bad, err)
+			t.Errorf("ReplayHeaders %q: err = %v", bad, err)
 		}
 	}
 }

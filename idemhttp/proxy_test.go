@@ -192,19 +192,43 @@ func TestProxyUpstreamUnreachableReleases(t *testing.T) {
 	}
 }
 
-func TestProxyUpstreamTimeout(t *testing.T) {
+// An upstream that got the request and did not answer in time may have
+// executed it: the outcome-unknown answer is recorded and replayed, and the
+// retry is not forwarded (InDoubtRecord, the default).
+func TestProxyUpstreamTimeoutIsInDoubt(t *testing.T) {
 	t.Parallel()
 	api := &upstreamAPI{delay: 500 * time.Millisecond}
 	up := httptest.NewServer(api)
 	defer up.Close()
 	srv := newProxy(t, up.URL, &idemhttp.ProxyConfig{Timeout: 50 * time.Millisecond})
 	resp, body := proxyPost(t, srv, "k", "Bearer A", `{}`)
-	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, idemhttp.TypeUpstreamTimeout) {
-		t.Fatalf("%d %s", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, idemhttp.TypeOutcomeUnknown) ||
+		resp.Header.Get("Idempotency-Key") != "k" {
+		t.Fatalf("%d %s %v", resp.StatusCode, body, resp.Header)
 	}
-	// Released: the retry is forwarded again (and times out again).
-	if resp, _ := proxyPost(t, srv, "k", "Bearer A", `{}`); resp.StatusCode != http.StatusGatewayTimeout || api.calls.Load() != 2 {
-		t.Fatalf("retry: %d, calls %d", resp.StatusCode, api.calls.Load())
+	for range 3 {
+		r, b := proxyPost(t, srv, "k", "Bearer A", `{}`)
+		if r.StatusCode != http.StatusGatewayTimeout || b != body || r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry: %d %s", r.StatusCode, b)
+		}
+	}
+	if n := api.calls.Load(); n != 1 {
+		t.Fatalf("upstream calls %d, want 1: an in-doubt request must not be forwarded again", n)
+	}
+
+	// InDoubtRelease: at-least-once, the retry is forwarded again.
+	api2 := &upstreamAPI{delay: 500 * time.Millisecond}
+	up2 := httptest.NewServer(api2)
+	defer up2.Close()
+	srv2 := newProxy(t, up2.URL, &idemhttp.ProxyConfig{Timeout: 50 * time.Millisecond, InDoubt: idemhttp.InDoubtRelease})
+	for range 2 {
+		if r, b := proxyPost(t, srv2, "k", "Bearer A", `{}`); r.StatusCode != http.StatusGatewayTimeout ||
+			!strings.Contains(b, "released") || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("release: %d %s", r.StatusCode, b)
+		}
+	}
+	if n := api2.calls.Load(); n != 2 {
+		t.Fatalf("upstream calls %d with InDoubtRelease, want 2", n)
 	}
 }
 

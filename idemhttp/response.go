@@ -16,11 +16,14 @@ import (
 //
 // All integers are big-endian. Flag bit 0 marks a discarded response: the
 // handler completed but its response exceeded the capture limit, so only
-// the fact of completion is kept. The format is versioned so that a later
+// the fact of completion is kept. Flag bit 1 (with bit 0) marks a protocol
+// switch: the handler took the connection over, and there is nothing to
+// replay. The format is versioned so that a later
 // release can still replay what an earlier one stored.
 const (
 	formatVersion  = 1
 	flagDiscarded  = 1 << 0
+	flagUpgraded   = 1 << 1
 	maxStoredField = 1<<16 - 1
 
 	// MaxStoredHeaders bounds how many header lines are stored per response.
@@ -37,6 +40,7 @@ type storedResponse struct {
 	header    http.Header
 	body      []byte
 	discarded bool
+	upgraded  bool
 }
 
 func (s *storedResponse) encode() []byte {
@@ -52,6 +56,9 @@ func (s *storedResponse) encode() []byte {
 	b = append(b, 'I', 'H', formatVersion, 0)
 	if s.discarded {
 		b[3] |= flagDiscarded
+	}
+	if s.upgraded {
+		b[3] |= flagDiscarded | flagUpgraded
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(s.status))
 	b = binary.BigEndian.AppendUint16(b, uint16(count))
@@ -74,7 +81,7 @@ func decodeResponse(b []byte) (*storedResponse, error) {
 	if b[2] != formatVersion {
 		return nil, fmt.Errorf("%w: unknown format version %d", errCorrupt, b[2])
 	}
-	s := &storedResponse{discarded: b[3]&flagDiscarded != 0, header: http.Header{}}
+	s := &storedResponse{discarded: b[3]&flagDiscarded != 0, upgraded: b[3]&flagUpgraded != 0, header: http.Header{}}
 	s.status = int(binary.BigEndian.Uint16(b[4:]))
 	if s.status < 100 || s.status > 999 {
 		return nil, fmt.Errorf("%w: status %d", errCorrupt, s.status)

@@ -365,12 +365,13 @@ func (t *Telemetry) onInbox(ev inbox.Event) {
 }
 
 // httpFailed reports whether a request's span is an error: a store
-// failure, a lost lease or a panic, or a 5xx response, as for a server
+// failure, a lost lease, a result that could not be recorded, an upstream
+// whose outcome is unknown or a panic, or a 5xx response, as for a server
 // span. Client errors (a reused key, a request in flight, a missing key)
 // and a client that went away are not errors of the service.
 func httpFailed(ev idemhttp.Event) bool {
 	switch ev.Outcome {
-	case idemhttp.OutcomeError, idemhttp.OutcomePanic:
+	case idemhttp.OutcomeError, idemhttp.OutcomePanic, idemhttp.OutcomeNotRecorded, idemhttp.OutcomeInDoubt:
 		return true
 	}
 	return ev.Status >= 500 && ev.Status <= 599

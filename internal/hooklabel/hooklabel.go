@@ -73,7 +73,8 @@ func HTTPOutcome(o idemhttp.Outcome) string {
 	case idemhttp.OutcomeExecuted, idemhttp.OutcomeReleased, idemhttp.OutcomeReplayed,
 		idemhttp.OutcomeInFlight, idemhttp.OutcomeMismatch, idemhttp.OutcomeDiscarded,
 		idemhttp.OutcomeRejected, idemhttp.OutcomeError, idemhttp.OutcomePanic,
-		idemhttp.OutcomeTombstone, idemhttp.OutcomeCanceled:
+		idemhttp.OutcomeTombstone, idemhttp.OutcomeCanceled, idemhttp.OutcomeNotRecorded,
+		idemhttp.OutcomeInDoubt:
 		return string(o)
 	}
 	return Other

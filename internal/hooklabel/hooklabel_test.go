@@ -110,21 +110,23 @@ func TestInboxOutcomesAreComplete(t *testing.T) {
 func TestHTTPOutcome(t *testing.T) {
 	t.Parallel()
 	wantLabels(t, "HTTPOutcome", HTTPOutcome, map[idemhttp.Outcome]string{
-		idemhttp.OutcomeExecuted:  "executed",
-		idemhttp.OutcomeReleased:  "released",
-		idemhttp.OutcomeReplayed:  "replayed",
-		idemhttp.OutcomeInFlight:  "in_flight",
-		idemhttp.OutcomeMismatch:  "mismatch",
-		idemhttp.OutcomeDiscarded: "discarded",
-		idemhttp.OutcomeRejected:  "rejected",
-		idemhttp.OutcomeError:     "error",
-		idemhttp.OutcomePanic:     "panic",
-		idemhttp.OutcomeTombstone: "tombstoned",
-		idemhttp.OutcomeCanceled:  "canceled",
-		"":                        Other,
-		"brand_new":               Other,
-		"Executed":                Other,
-		"\xff":                    Other,
+		idemhttp.OutcomeExecuted:    "executed",
+		idemhttp.OutcomeReleased:    "released",
+		idemhttp.OutcomeReplayed:    "replayed",
+		idemhttp.OutcomeInFlight:    "in_flight",
+		idemhttp.OutcomeMismatch:    "mismatch",
+		idemhttp.OutcomeDiscarded:   "discarded",
+		idemhttp.OutcomeRejected:    "rejected",
+		idemhttp.OutcomeError:       "error",
+		idemhttp.OutcomePanic:       "panic",
+		idemhttp.OutcomeTombstone:   "tombstoned",
+		idemhttp.OutcomeCanceled:    "canceled",
+		idemhttp.OutcomeNotRecorded: "not_recorded",
+		idemhttp.OutcomeInDoubt:     "in_doubt",
+		"":                          Other,
+		"brand_new":                 Other,
+		"Executed":                  Other,
+		"\xff":                      Other,
 	})
 }
 
