@@ -154,6 +154,9 @@ type Config struct {
 	// OnRequest, if set, is called once per request the middleware handles
 	// (not for pass-throughs), for logging and metrics.
 	OnRequest func(r *http.Request, e Event)
+	// OnDo, if set, is the underlying Guard's idem.GuardConfig.OnDo: one
+	// event per execution attempt, with the heartbeat counts and latency.
+	OnDo func(ctx context.Context, ev idem.DoEvent)
 	// Logger receives failures that cannot be reported to the client
 	// because the response was already sent. Default slog.Default().
 	Logger *slog.Logger
@@ -290,7 +293,7 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		m.errorFunc = writeError
 	}
 	m.guard = idem.NewGuard(store, &idem.GuardConfig{
-		Lease: c.Lease, Retention: c.Retention, Wait: c.Wait, Logger: c.Logger,
+		Lease: c.Lease, Retention: c.Retention, Wait: c.Wait, Logger: c.Logger, OnDo: c.OnDo,
 	})
 	return m, nil
 }
