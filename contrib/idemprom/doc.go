@@ -28,6 +28,11 @@
 //	idem_http_request_duration_seconds{outcome[,route]}        histogram
 //	idem_guard_calls_total{guard,outcome}                      counter
 //	idem_guard_call_seconds{guard,outcome}                     histogram
+//	idem_guard_heartbeat_max_seconds{guard}                    histogram
+//
+// idem_guard_heartbeat_max_seconds is the slowest lease heartbeat of each
+// execution that sent one: alert when it approaches a third of the lease,
+// the point where the lease can expire while the operation still runs.
 //
 // The consumer outcomes are processed, duplicate, retried, dead_lettered,
 // requeued and abandoned; dead-letter reasons are consume's Reason

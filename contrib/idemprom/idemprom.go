@@ -70,6 +70,7 @@ type Metrics struct {
 	httpSeconds  *prometheus.HistogramVec
 	guardCalls   *prometheus.CounterVec
 	guardSeconds *prometheus.HistogramVec
+	heartbeat    *prometheus.HistogramVec
 
 	consumers, types, routes, guards *hooklabel.Set
 }
@@ -141,6 +142,8 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"Calls of idem.Guard.Do, by guard name and outcome.", "guard", "outcome"),
 		guardSeconds: histogram("guard", "call_seconds",
 			"Time an idem.Guard.Do call took, by guard name and outcome.", "guard", "outcome"),
+		heartbeat: histogram("guard", "heartbeat_max_seconds",
+			"The slowest lease heartbeat of each execution that sent one, by guard name. A value near a third of the lease puts the lease at risk.", "guard"),
 		consumers: hooklabel.NewSet(o.MaxLabelValues),
 		types:     hooklabel.NewSet(o.MaxLabelValues),
 		routes:    hooklabel.NewSet(o.MaxLabelValues),
@@ -149,7 +152,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	collectors := []prometheus.Collector{
 		m.deliveries, m.handle, m.deadLetters, m.infraRetries,
 		m.inboxRuns, m.inboxSeconds, m.httpRequests, m.httpSeconds,
-		m.guardCalls, m.guardSeconds,
+		m.guardCalls, m.guardSeconds, m.heartbeat,
 	}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -266,5 +269,8 @@ func (m *Metrics) GuardHook(name string) func(context.Context, idem.DoEvent) {
 		outcome := hooklabel.GuardOutcome(ev.Outcome)
 		m.guardCalls.WithLabelValues(label, outcome).Inc()
 		m.guardSeconds.WithLabelValues(label, outcome).Observe(ev.Duration.Seconds())
+		if ev.Heartbeats > 0 {
+			m.heartbeat.WithLabelValues(label).Observe(ev.SlowestHeartbeat.Seconds())
+		}
 	}
 }

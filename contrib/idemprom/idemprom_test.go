@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -409,8 +410,11 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.GuardHook("gateway")(ctx, idem.DoEvent{Outcome: "brand_new"})
+	// An execution that sent heartbeats reports its slowest one.
+	m.GuardHook("gateway")(ctx, idem.DoEvent{Outcome: idem.DoExecuted, Heartbeats: 3, SlowestHeartbeat: 2 * time.Second})
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
-		"idem_guard_calls_total{guard=gateway,outcome=executed}":  1,
+		"idem_guard_heartbeat_max_seconds{guard=gateway}":         1,
+		"idem_guard_calls_total{guard=gateway,outcome=executed}":  2,
 		"idem_guard_calls_total{guard=gateway,outcome=replayed}":  2,
 		"idem_guard_calls_total{guard=gateway,outcome=mismatch}":  1,
 		"idem_guard_calls_total{guard=gateway,outcome=failed}":    1,
