@@ -133,6 +133,16 @@ func TestProxyFlags(t *testing.T) {
 	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "ftp://x"), exitUsage, "invalid --upstream")
 	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--max-body", "lots"), exitUsage, "--max-body")
 	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--lease", "0s"), exitUsage, "--lease must be positive")
+	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--lease", "1ns"), exitUsage, "--lease 1ns is too short")
+	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--in-doubt", "retry"), exitUsage, `invalid --in-doubt "retry"`)
+	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--error-format", "xml"), exitUsage, `invalid --error-format "xml"`)
+	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--max-conns", "-1"), exitUsage, "--max-conns must not be negative")
+	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--body-timeout", "-1s"), exitUsage, "--body-timeout must not be negative")
+	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--listen", "127.0.0.1:9", "--admin-listen", "127.0.0.1:9"),
+		exitUsage, "--admin-listen must differ")
+	if r := runCLI(t, nil, "proxy", "--upstream", "http://u:s3cret@[::1"); strings.Contains(r.Stderr+r.Stdout, "s3cret") {
+		t.Errorf("an invalid --upstream echoes its password: %s", r.Stderr)
+	}
 	wantExit(t, runCLI(t, map[string]string{"IDEM_PROXY_UPSTREAM": "nope"}, "proxy"), exitUsage, "invalid --upstream")
 	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--store", "sqlite://"+filepath.Join(t.TempDir(), "missing.db")),
 		exitFailure, "no SQLite database")
