@@ -71,7 +71,36 @@ type ProxyConfig struct {
 }
 
 // forwardState tracks whether a request may have reached the upstream.
-type forwardState struct{ wrote atomic.Bool }
+type forwardState struct {
+	// headers is set once the transport has begun writing the request.
+	headers atomic.Bool
+	// conn is the connection the request went out on, when the proxy's own
+	// transport counts what it writes, and base what it had written before.
+	conn atomic.Pointer[countingConn]
+	base atomic.Int64
+}
+
+// sent reports whether any of the request may have left the proxy. With
+// the proxy's own transport it knows whether the kernel accepted a byte of
+// it; with a Transport of the caller's it knows only whether writing began.
+func (st *forwardState) sent() bool {
+	if c := st.conn.Load(); c != nil {
+		return c.written.Load() > st.base.Load()
+	}
+	return st.headers.Load()
+}
+
+// countingConn counts the bytes written to a connection to the upstream.
+type countingConn struct {
+	net.Conn
+	written atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.written.Add(int64(n))
+	return n, err
+}
 
 type forwardStateKey struct{}
 
@@ -121,6 +150,17 @@ func NewProxy(upstream *url.URL, mw *Middleware, cfg *ProxyConfig) (http.Handler
 	if c.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.ResponseHeaderTimeout = c.Timeout
+		// Count what goes out, so that a request the kernel took none of
+		// (the upstream reset the connection first) is known not to have
+		// been sent.
+		dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &countingConn{Conn: conn}, nil
+		}
 		c.Transport = t
 	}
 	preserve := []string{mw.header}
@@ -154,8 +194,16 @@ func NewProxy(upstream *url.URL, mw *Middleware, cfg *ProxyConfig) (http.Handler
 			st := &forwardState{}
 			ctx := context.WithValue(pr.Out.Context(), forwardStateKey{}, st)
 			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-				WroteHeaderField: func(string, []string) { st.wrote.Store(true) },
-				WroteHeaders:     func() { st.wrote.Store(true) },
+				GotConn: func(info httptrace.GotConnInfo) {
+					if cc, ok := info.Conn.(*countingConn); ok {
+						// What it wrote before (a TLS handshake, earlier
+						// requests) is not this request.
+						st.base.Store(cc.written.Load())
+						st.conn.Store(cc)
+					}
+				},
+				WroteHeaderField: func(string, []string) { st.headers.Store(true) },
+				WroteHeaders:     func() { st.headers.Store(true) },
 			})
 			pr.Out = pr.Out.WithContext(ctx)
 		},
@@ -209,9 +257,10 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 func (p *proxy) upstreamFailed(w http.ResponseWriter, out *http.Request, err error) {
 	st, _ := out.Context().Value(forwardStateKey{}).(*forwardState)
 	timeout := isTimeout(err)
+	sent := st == nil || st.sent()
 	p.cfg.Logger.Warn("idemhttp: upstream request failed", "upstream", p.upstream.Redacted(),
-		"forwarded", st == nil || st.wrote.Load(), "err", err)
-	if st != nil && !st.wrote.Load() {
+		"forwarded", sent, "err", err)
+	if !sent {
 		// Nothing was sent: whatever the storage policy, release the key so
 		// that a retry is forwarded.
 		Release(w)
