@@ -7,7 +7,8 @@ import (
 )
 
 // TestMain fails the package when a goroutine outlives the tests: every
-// command must close the store (pool, database) it opened.
+// command must close the store (pool, database) it opened. The idem binary
+// the process tests share is removed at the end.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeSharedBinary() }))
 }

@@ -218,6 +218,22 @@ func (r *Relay) Close() error {
 	return err
 }
 
+// CloseConns closes both sides of every live connection and leaves the
+// relay listening. A client's idle keep-alive connections go too, so its
+// next request opens a new connection, which takes the faults SetNext
+// queued.
+func (r *Relay) CloseConns() {
+	r.mu.Lock()
+	live := make([]*conn, 0, len(r.conns))
+	for c := range r.conns {
+		live = append(live, c)
+	}
+	r.mu.Unlock()
+	for _, c := range live {
+		c.shutdown()
+	}
+}
+
 // serve is the accept loop.
 func (r *Relay) serve() {
 	defer r.wg.Done()

@@ -602,3 +602,37 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// CloseConns ends every live connection, idle ones included, and the relay
+// keeps accepting: the next connection takes the queued fault.
+func TestCloseConns(t *testing.T) {
+	t.Parallel()
+	r := start(t, tcpServer(t, echo))
+	c := dial(t, r.Addr())
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo: %q %v", buf, err)
+	}
+	r.SetNext(1, faultnet.Fault{Refuse: true})
+	r.CloseConns()
+	_ = c.SetReadDeadline(time.Now().Add(patience))
+	if n, err := c.Read(buf); err == nil {
+		t.Fatalf("read %d bytes from a closed connection", n)
+	}
+	wait(t, r, "no live connection", func(s faultnet.Stats) bool { return s.Active == 0 })
+	refused := dial(t, r.Addr())
+	_ = refused.SetReadDeadline(time.Now().Add(patience))
+	if _, err := refused.Read(buf); err == nil {
+		t.Fatal("the queued Refuse did not reach the next connection")
+	}
+	again := dial(t, r.Addr())
+	if _, err := again.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(again, buf); err != nil || string(buf) != "pong" {
+		t.Fatalf("after CloseConns: %q %v", buf, err)
+	}
+}
