@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -28,9 +29,23 @@ func init() {
 // so a firewalled host fails in seconds instead of hanging the CLI.
 const pgConnectTimeout = 10 * time.Second
 
+// The pool sizes the CLI uses when the DSN sets no pool_max_conns.
+const (
+	// pgStoreMaxConns is for the stores commands open: idem proxy serves
+	// many requests at once, and idempgx keeps a quarter of the pool for
+	// lease holders (Config.HolderConns), so the 2 the CLI once forced left
+	// the claims a single connection. pgxpool opens connections only when
+	// statements need them, so a command that runs one statement at a time
+	// (idem keys get) still opens one.
+	pgStoreMaxConns = 16
+	// pgMigratorMaxConns is for migrations, which run one at a time.
+	pgMigratorMaxConns = 2
+)
+
 // openPool parses cfg.DSN and connects, turning the usual failures into one
-// line that says what to check.
-func openPool(ctx context.Context, cfg storeConfig) (*pgxpool.Pool, error) {
+// line that says what to check. maxConns sizes the pool unless the DSN
+// sets pool_max_conns.
+func openPool(ctx context.Context, cfg storeConfig, maxConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("invalid --store %q: %s; want postgres://USER[:PASSWORD]@HOST:PORT/DB", redactDSN(cfg.DSN), pgCause(err))
@@ -38,8 +53,9 @@ func openPool(ctx context.Context, cfg storeConfig) (*pgxpool.Pool, error) {
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = pgConnectTimeout
 	}
-	// The CLI runs a few statements one after the other.
-	pc.MaxConns = 2
+	if !setsPoolMaxConns(cfg.DSN) {
+		pc.MaxConns = maxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("invalid --store %q: %s", redactDSN(cfg.DSN), pgCause(err))
@@ -49,6 +65,18 @@ func openPool(ctx context.Context, cfg storeConfig) (*pgxpool.Pool, error) {
 		return nil, pgUnreachable(pc, err)
 	}
 	return pool, nil
+}
+
+// setsPoolMaxConns reports whether dsn sets pool_max_conns. pgxpool's
+// parsed config cannot tell: it fills in its default and drops the
+// parameter, so dsn is parsed again without the pool's part.
+func setsPoolMaxConns(dsn string) bool {
+	cc, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return false
+	}
+	_, ok := cc.RuntimeParams["pool_max_conns"]
+	return ok
 }
 
 // pgUnreachable explains a failed connection.
@@ -73,8 +101,12 @@ func pgCause(err error) string {
 		return "timed out"
 	}
 	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) && errors.Unwrap(pe) != nil {
-		return errors.Unwrap(pe).Error()
+	if errors.As(err, &pe) {
+		// Its text quotes the connection string, redacted only as well as
+		// pgx can; the caller shows ours.
+		bare := *pe
+		bare.ConnString = ""
+		return strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
 	}
 	return err.Error()
 }
@@ -84,7 +116,7 @@ func pgConfig(cfg storeConfig) *idempgx.Config {
 }
 
 func openPostgres(ctx context.Context, cfg storeConfig) (idem.Store, func() error, error) {
-	pool, err := openPool(ctx, cfg)
+	pool, err := openPool(ctx, cfg, pgStoreMaxConns)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -105,7 +137,7 @@ func openPostgres(ctx context.Context, cfg storeConfig) (idem.Store, func() erro
 }
 
 func openPostgresMigrator(ctx context.Context, cfg storeConfig) (migrator, func() error, error) {
-	pool, err := openPool(ctx, cfg)
+	pool, err := openPool(ctx, cfg, pgMigratorMaxConns)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -48,6 +48,59 @@
 // fencing token, heartbeats with Extend, stores the result with Complete and
 // releases the key on failure.
 //
+// # Lease holders go first
+//
+// A Guard's heartbeat (Extend) must reach the server within its lease; a
+// claim that waits a little longer only waits. pgxpool hands connections
+// out first come, first served, so a burst of claims (a traffic spike, or
+// the polls of GuardConfig.Wait) queued the heartbeats behind all of it: a
+// lease could expire while its holder was healthy and its function still
+// running, and the next caller took over and ran the effect again.
+//
+// So Claim, Get, Delete and Purge use at most MaxConns - Config.HolderConns
+// of the pool's connections at once, and wait for one of them in a queue
+// of the store's own, in Go, before they ask the pool. Extend, Complete and
+// Release (the calls of a lease holder) go straight to the pool, where at
+// least HolderConns connections are always free or busy with other
+// holders: a holder gets one at once unless other holders use the whole
+// reserve, and never waits behind the burst of claims, nor behind a claim
+// stuck on a row lock. The default reserve
+// is a quarter of MaxConns and at least one connection; a holder's
+// statements are short, one per heartbeat or completion in flight. A call
+// whose context ends while it waits for its turn returns at once, with an
+// error that wraps the context's cause and says what it waited for.
+//
+// A reserve, not a priority queue in front of the whole pool (which is
+// what idemsqlite has for its one writer): a queue puts a holder first in
+// line for the next free connection, but when every connection is held by
+// a claim waiting on a row lock (held by a Process transaction on the same
+// key, say) no connection comes free until the lock goes. Only connections
+// the claims can never take keep the heartbeats going. Nor a second pool
+// the store opens itself: the Store has no Close, and the application's
+// pool is the one its operators sized.
+//
+// Limits:
+//
+//   - A pool of MaxConns 1 cannot keep a connection back. New logs a
+//     warning; claims still queue in the store, so a holder waits behind at
+//     most the one claim that has the connection, not behind the burst.
+//   - The reserve counts the store's own calls. Process, ProcessBatch, the
+//     inbox, Check and your own queries on the pool are not held back; if
+//     they can fill the pool, raise MaxConns by what they use or
+//     give the Guard's Store a pool of its own (two Stores may share a
+//     schema).
+//   - Each Store keeps its own reserve: two Stores over one pool (one per
+//     schema, say) can together take all of it.
+//
+// Size the pool for the statements in flight, not for the requests: a
+// claim holds a connection for one or two short statements, a holder for
+// one, and nothing holds one while the guarded function runs. pgxpool's
+// default, max(4, NumCPU), keeps at least one for holders; idem proxy
+// uses 16 unless the DSN sets pool_max_conns. [Store.ConnStats] reports
+// how long holders waited for a connection (alert well before the mean
+// nears a third of the lease, the heartbeat interval) and how many claims
+// wait for theirs.
+//
 // All expiries (leases, dedupe windows) are computed with PostgreSQL's
 // now(), never the application's clock. Fencing tokens come from the
 // sequence idem_token_seq, so they keep increasing for a key across Release,

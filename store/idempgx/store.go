@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -27,6 +28,15 @@ type Config struct {
 	// PurgeBatch is how many rows one Purge statement deletes when Purge is
 	// called with limit 0. Default 1000.
 	PurgeBatch int
+	// HolderConns is how many of the pool's connections (its MaxConns)
+	// Claim, Get, Delete and Purge leave free at all times for lease
+	// holders: Extend (the Guard's heartbeat), Complete and Release, so
+	// that a burst of claims can never make a heartbeat wait for a
+	// connection past the end of its lease. Default a quarter of MaxConns,
+	// at least 1; it must be below MaxConns. A pool of one connection
+	// keeps none (the store logs a warning). See "Lease holders go first"
+	// in the package documentation.
+	HolderConns int
 }
 
 // MaxBatch is the largest batch ProcessBatch accepts, so that one statement's
@@ -47,6 +57,13 @@ type Store struct {
 	cfg    Config
 	schema string
 	q      queries
+
+	// gate keeps HolderConns of the pool's maxConns connections from
+	// every call but a lease holder's.
+	gate            *connGate
+	maxConns        int
+	holderAcquires  atomic.Int64
+	holderWaitNanos atomic.Int64
 }
 
 var (
@@ -83,6 +100,17 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if s.cfg.Logger == nil {
 		s.cfg.Logger = slog.Default()
 	}
+	s.maxConns = int(pool.Config().MaxConns)
+	holders, err := holderConns(s.cfg.HolderConns, s.maxConns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", idem.ErrInvalidConfig, err)
+	}
+	if holders == 0 {
+		s.cfg.Logger.Warn("idempgx: the pool has a single connection, so none can be kept for lease holders: " +
+			"a heartbeat may wait behind a claim that waits on a row lock; give the pool MaxConns of 2 or more")
+	}
+	s.cfg.HolderConns = holders
+	s.gate = newConnGate(s.maxConns - holders)
 	s.schema = s.cfg.Schema
 	s.q = newQueries(s.schema)
 	return s, nil
@@ -91,7 +119,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 // Durable reports true: records are in PostgreSQL.
 func (s *Store) Durable() bool { return true }
 
-// Pool returns the pool the store uses.
+// Pool returns the pool the store uses. Queries run on it directly do not
+// count against the connections kept for lease holders (Config.HolderConns).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Config returns the effective configuration, defaults filled in.
@@ -180,9 +209,14 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	if err := idem.ValidateClaim(req); err != nil {
 		return idem.Claim{}, err
 	}
+	conn, err := s.conn(ctx, "claim", false)
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	defer s.done(conn, false)
 	for range maxRaceRetries {
 		var c idem.Claim
-		err := s.pool.QueryRow(ctx, s.q.claim, req.Scope, req.Key, req.Fingerprint[:], micros(req.Lease)).
+		err := conn.QueryRow(ctx, s.q.claim, req.Scope, req.Key, req.Fingerprint[:], micros(req.Lease)).
 			Scan(&c.Token, &c.LeaseExpiresAt, &c.Takeover)
 		if err == nil {
 			c.Outcome = idem.Acquired
@@ -192,7 +226,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			return idem.Claim{}, s.wrap("claim", err)
 		}
 		var liveLease, expired bool
-		rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.getLive, req.Scope, req.Key), &liveLease, &expired)
+		rec, err := scanRecord(conn.QueryRow(ctx, s.q.getLive, req.Scope, req.Key), &liveLease, &expired)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // deleted or purged since the insert: claim again
 		}
@@ -229,7 +263,12 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 		// A nil result is a valid empty result, not a tombstone.
 		result = []byte{}
 	}
-	tag, err := s.pool.Exec(ctx, s.q.complete, req.Scope, req.Key, req.Token, result, req.Failed, tombstone, micros(req.Retention))
+	conn, err := s.conn(ctx, "complete", true)
+	if err != nil {
+		return err
+	}
+	defer s.done(conn, true)
+	tag, err := conn.Exec(ctx, s.q.complete, req.Scope, req.Key, req.Token, result, req.Failed, tombstone, micros(req.Retention))
 	if err != nil {
 		return s.wrap("complete", err)
 	}
@@ -244,7 +283,12 @@ func (s *Store) Release(ctx context.Context, scope, key string, token int64) err
 	if err := idem.Validate(scope, key); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, s.q.release, scope, key, token)
+	conn, err := s.conn(ctx, "release", true)
+	if err != nil {
+		return err
+	}
+	defer s.done(conn, true)
+	tag, err := conn.Exec(ctx, s.q.release, scope, key, token)
 	if err != nil {
 		return s.wrap("release", err)
 	}
@@ -262,8 +306,13 @@ func (s *Store) Extend(ctx context.Context, scope, key string, token int64, leas
 	if lease <= 0 {
 		return time.Time{}, fmt.Errorf("%w: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
 	}
+	conn, err := s.conn(ctx, "extend", true)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer s.done(conn, true)
 	var until time.Time
-	err := s.pool.QueryRow(ctx, s.q.extend, scope, key, token, micros(lease)).Scan(&until)
+	err = conn.QueryRow(ctx, s.q.extend, scope, key, token, micros(lease)).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, fmt.Errorf("idempgx: extend %q: %w", key, idem.ErrLeaseLost)
 	}
@@ -278,7 +327,12 @@ func (s *Store) Get(ctx context.Context, scope, key string) (idem.Record, error)
 	if err := idem.Validate(scope, key); err != nil {
 		return idem.Record{}, err
 	}
-	rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.get, scope, key))
+	conn, err := s.conn(ctx, "get", false)
+	if err != nil {
+		return idem.Record{}, err
+	}
+	defer s.done(conn, false)
+	rec, err := scanRecord(conn.QueryRow(ctx, s.q.get, scope, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Record{}, fmt.Errorf("idempgx: get %q: %w", key, idem.ErrNotFound)
 	}
@@ -293,7 +347,12 @@ func (s *Store) Delete(ctx context.Context, scope, key string) error {
 	if err := idem.Validate(scope, key); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, s.q.delete, scope, key)
+	conn, err := s.conn(ctx, "delete", false)
+	if err != nil {
+		return err
+	}
+	defer s.done(conn, false)
+	tag, err := conn.Exec(ctx, s.q.delete, scope, key)
 	if err != nil {
 		return s.wrap("delete", err)
 	}
@@ -315,9 +374,9 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	}
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, s.q.purge, limit)
+		tag, err := s.purgeBatch(ctx, limit)
 		if err != nil {
-			return total, s.wrap("purge", err)
+			return total, err
 		}
 		n := tag.RowsAffected()
 		total += n
@@ -331,4 +390,19 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 			return total, fmt.Errorf("idempgx: purge: %w", err)
 		}
 	}
+}
+
+// purgeBatch deletes up to limit expired rows, with a connection of its own
+// so that a long purge lets claims in between its batches.
+func (s *Store) purgeBatch(ctx context.Context, limit int) (pgconn.CommandTag, error) {
+	conn, err := s.conn(ctx, "purge", false)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer s.done(conn, false)
+	tag, err := conn.Exec(ctx, s.q.purge, limit)
+	if err != nil {
+		return tag, s.wrap("purge", err)
+	}
+	return tag, nil
 }
