@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -365,9 +366,15 @@ func (g *Guard) complete(ctx context.Context, req CompleteRequest, hb *heartbeat
 	giveUp := time.Now().Add(g.cfg.Lease)
 	pause := 20 * time.Millisecond
 	for {
+		// No heartbeat runs while an attempt does: one sent after the
+		// record is written would find the lease gone.
+		hb.mu.Lock()
 		err := attempt()
-		if err == nil || errors.Is(err, ErrLeaseLost) ||
-			!(IsRetryable(err) || errors.Is(err, context.DeadlineExceeded)) || !time.Now().Before(giveUp) {
+		final := err == nil || errors.Is(err, ErrLeaseLost) ||
+			!(IsRetryable(err) || errors.Is(err, context.DeadlineExceeded)) || !time.Now().Before(giveUp)
+		hb.finished = final
+		hb.mu.Unlock()
+		if final {
 			return err
 		}
 		g.cfg.Logger.Warn("idem: recording the result failed; retrying while the lease holds",
@@ -391,6 +398,11 @@ type heartbeat struct {
 	done chan struct{} // closed when the heartbeat goroutine ends
 	quit chan struct{}
 	lost atomic.Bool
+	// mu is held by each heartbeat and by each attempt to record the
+	// result; finished, set once the result is recorded (or given up),
+	// stops the heartbeat.
+	mu       sync.Mutex
+	finished bool
 	// count and slowest are written by the heartbeat goroutine and read
 	// only after done is closed.
 	count   int
@@ -413,10 +425,16 @@ func (g *Guard) startHeartbeat(ctx context.Context, run Run, cancelRun context.C
 				return
 			case <-ticker.C:
 			}
+			hb.mu.Lock()
+			if hb.finished {
+				hb.mu.Unlock()
+				return
+			}
 			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease/3)
 			sent := time.Now()
 			_, err := g.store.Extend(ectx, run.Scope, run.Key, run.Token, lease)
 			cancel()
+			hb.mu.Unlock()
 			took := time.Since(sent)
 			hb.count++
 			hb.slowest = max(hb.slowest, took)

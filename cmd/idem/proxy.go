@@ -170,7 +170,7 @@ func (o proxyOptions) validate() (*url.URL, int64, error) {
 	default:
 		return nil, 0, usageErrorf("invalid --error-format %q: want problem or stripe", o.errorFormat)
 	}
-	if o.adminListen != "" && o.adminListen == o.listen {
+	if o.adminListen != "" && o.adminListen == o.listen && !strings.HasSuffix(o.listen, ":0") {
 		return nil, 0, usageErrorf("--admin-listen must differ from --listen: health and metrics never share the public listener")
 	}
 	return u, maxBody, nil

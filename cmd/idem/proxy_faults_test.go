@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -205,6 +207,7 @@ type proxyProc struct {
 	cmd    *exec.Cmd
 	base   string
 	addr   string
+	stdout *syncBuffer
 	stderr *syncBuffer
 	done   chan struct{}
 }
@@ -217,8 +220,8 @@ func startProxyProc(t *testing.T, args ...string) *proxyProc {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	p := &proxyProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
-	out := &syncBuffer{}
+	p := &proxyProc{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	out := p.stdout
 	cmd.Stdout, cmd.Stderr = out, p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -228,6 +231,50 @@ func startProxyProc(t *testing.T, args ...string) *proxyProc {
 	p.base = waitListening(t, out, p.done)
 	p.addr = strings.TrimPrefix(p.base, "http://")
 	return p
+}
+
+var adminRE = regexp.MustCompile(`admin \(/healthz, /readyz, /metrics\) on (\S+)`)
+
+// heartbeats scrapes the proxy's /metrics (it must run with
+// --admin-listen) and returns how many executions sent heartbeats and the
+// upper bound of the bucket that holds the slowest of them.
+func (p *proxyProc) heartbeats(t *testing.T) (executions int, slowest string) {
+	t.Helper()
+	m := adminRE.FindStringSubmatch(p.stdout.String())
+	if m == nil {
+		t.Fatalf("the proxy printed no admin address: %s", p.stdout.String())
+	}
+	resp, err := http.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	// Buckets are cumulative and in increasing order: the slowest
+	// heartbeat is in the first bucket that holds them all.
+	type bucket struct {
+		le string
+		n  int
+	}
+	var buckets []bucket
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "idem_guard_heartbeat_max_seconds_bucket{") {
+			continue
+		}
+		le := line[strings.Index(line, `le="`)+4:]
+		n, _ := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+		buckets = append(buckets, bucket{le[:strings.IndexByte(le, '"')], n})
+	}
+	if len(buckets) == 0 {
+		return 0, "none"
+	}
+	executions = buckets[len(buckets)-1].n
+	for _, bk := range buckets {
+		if bk.n == executions {
+			return executions, "≤" + bk.le + "s"
+		}
+	}
+	return executions, "?"
 }
 
 func (p *proxyProc) kill(t *testing.T) {
@@ -623,44 +670,48 @@ func TestProxyCrashWindow(t *testing.T) {
 	}
 }
 
-// TestProxyLoad is the report's load case with the default lease: 300
-// concurrent clients against an upstream that takes 3 s, each client timing
-// out after 1 s and retrying its key until it gets the answer. No lease may
+// TestProxyLoad is the report's load case: 300 concurrent clients against
+// an upstream that takes 3 s, each client timing out after 1 s and retrying
+// its key until it gets the answer, with the default lease and with the 2 s
+// lease that lost leases before heartbeats had a priority path. No lease may
 // be lost and no key run twice.
 func TestProxyLoad(t *testing.T) {
 	t.Parallel()
 	const clients, keysEach = 300, 3
 	for _, st := range proxyStores {
-		t.Run(st.name, func(t *testing.T) {
-			t.Parallel()
-			rig := newProxyRig(t, st.args(t), "--max-conns", "2048")
-			var wg sync.WaitGroup
-			keys := make([][]string, clients)
-			for i := range clients {
-				wg.Go(func() {
-					c := newSDKClient(t, rig.proxy.base, time.Second)
-					for k := range keysEach {
-						key := fmt.Sprintf("load-%d-%d-%08x", i, k, rand.Uint32())
-						keys[i] = append(keys[i], key)
-						r, _ := c.call(t, key, "sleep=3s", fmt.Sprintf(`{"client":%d,"n":%d}`, i, k))
-						wantFinal(t, r, key)
-					}
-				})
-			}
-			wg.Wait()
-			twice := 0
-			for _, ks := range keys {
-				for _, key := range ks {
-					if n := rig.up.executions(key); n != 1 {
-						twice++
-						t.Errorf("key %q executed %d times", key, n)
+		for _, lease := range []string{"30s", "2s"} {
+			t.Run(st.name+"/lease "+lease, func(t *testing.T) {
+				t.Parallel()
+				rig := newProxyRig(t, st.args(t), "--max-conns", "2048", "--lease", lease, "--admin-listen", "127.0.0.1:0")
+				var wg sync.WaitGroup
+				keys := make([][]string, clients)
+				for i := range clients {
+					wg.Go(func() {
+						c := newSDKClient(t, rig.proxy.base, time.Second)
+						for k := range keysEach {
+							key := fmt.Sprintf("load-%d-%d-%08x", i, k, rand.Uint32())
+							keys[i] = append(keys[i], key)
+							r, _ := c.call(t, key, "sleep=3s", fmt.Sprintf(`{"client":%d,"n":%d}`, i, k))
+							wantFinal(t, r, key)
+						}
+					})
+				}
+				wg.Wait()
+				twice := 0
+				for _, ks := range keys {
+					for _, key := range ks {
+						if n := rig.up.executions(key); n != 1 {
+							twice++
+							t.Errorf("key %q executed %d times", key, n)
+						}
 					}
 				}
-			}
-			o := rig.proxy.outcomes()
-			t.Logf("%s: %d keys, %d executed more than once; proxy outcomes %v", st.name, clients*keysEach, twice, o)
-			rig.proxy.checkHealthyLog(t)
-		})
+				hb, slowest := rig.proxy.heartbeats(t)
+				t.Logf("%s, lease %s: %d keys, %d executed more than once; %d executions sent heartbeats, the slowest %s; proxy outcomes %v",
+					st.name, lease, clients*keysEach, twice, hb, slowest, rig.proxy.outcomes())
+				rig.proxy.checkHealthyLog(t)
+			})
+		}
 	}
 }
 

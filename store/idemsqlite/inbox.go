@@ -256,7 +256,7 @@ SELECT ?, coalesce(max(attempt), 0) + 1, ?, ? FROM idem_inbox_attempts WHERE inb
 // queue, so a burst of claims cannot make a worker lose its lease.
 func (ib *Inbox) leases(ctx context.Context, op string, ls []inbox.Lease, next func(now int64) int64, stmt string) ([]int64, error) {
 	var kept []int64
-	err := ib.s.inHolderTx(ctx, op, func(tx *sql.Tx, now int64) error {
+	err := ib.s.inHolderTx(ctx, op, func(ctx context.Context, tx *sql.Tx, now int64) error {
 		kept = kept[:0]
 		for _, l := range ls {
 			res, err := tx.ExecContext(ctx, stmt, next(now), l.ID, l.Token)

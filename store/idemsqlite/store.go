@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,11 @@ type Store struct {
 	// holders first, so SQLite only arbitrates between processes (or other
 	// pools).
 	writes writeQueue
+	// holders are the lease-holder writes waiting to share the next
+	// holder transaction (see inHolderTx).
+	holders holderQueue
+	// batches counts the holder transactions run, for tests.
+	batches atomic.Int64
 	// writer is the connection the queued write transactions run on, held
 	// while the write lock is. With its own connection a writer never waits
 	// for the pool, which a burst of concurrent reads (conflicting claims,
@@ -199,11 +205,147 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(tx *sql.Tx, now i
 	return s.runTx(ctx, what, false, fn)
 }
 
-// inHolderTx is inTx for a lease holder (Extend, Complete, Release): it
-// goes ahead of every queued claim, so that a burst of retries cannot delay
-// a heartbeat past the end of a short lease.
-func (s *Store) inHolderTx(ctx context.Context, what string, fn func(tx *sql.Tx, now int64) error) error {
-	return s.runTx(ctx, what, true, fn)
+// inHolderTx runs fn for a lease holder (Extend, Complete, Release, the
+// inbox's heartbeats): it goes ahead of every queued claim in the write
+// queue, and the holder writes that queue up while one commits share the
+// next transaction (group commit). Each commit costs an fsync; hundreds of
+// leases heartbeating at once would otherwise need hundreds a second, more
+// than a disk gives, and short leases would expire in the queue.
+//
+// fn must run its statements with the ctx it is given (not the caller's,
+// which an interrupted statement would turn into a rollback of the whole
+// shared transaction) and must return an error wrapping idem.ErrLeaseLost
+// only when it changed nothing. Any other error fails every write of the
+// shared transaction with it.
+func (s *Store) inHolderTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx, now int64) error) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	op := &holderOp{ctx: ctx, what: what, fn: fn, done: make(chan struct{})}
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	op.wake = func() { cancel(errBatched) }
+	s.holders.mu.Lock()
+	s.holders.pending = append(s.holders.pending, op)
+	s.holders.mu.Unlock()
+
+	// Wait for the write lock, or for a transaction that took op along.
+	if err := s.writes.lock(lctx, true); err != nil {
+		select {
+		case <-op.done:
+			return op.err
+		default:
+		}
+		s.holders.mu.Lock()
+		queued := removeOp(&s.holders.pending, op)
+		s.holders.mu.Unlock()
+		if queued {
+			return fmt.Errorf("idemsqlite: %s: waiting for the write lock: %w", what, err)
+		}
+		<-op.done // a transaction has it under way
+		return op.err
+	}
+	defer s.writes.unlock()
+	select {
+	case <-op.done:
+		return op.err
+	default:
+	}
+	s.holders.mu.Lock()
+	batch := s.holders.pending
+	s.holders.pending = nil
+	s.holders.mu.Unlock()
+	s.runHolderBatch(batch)
+	return op.err
+}
+
+// holderOp is one lease holder's write waiting for a transaction.
+type holderOp struct {
+	ctx  context.Context
+	what string
+	fn   func(ctx context.Context, tx *sql.Tx, now int64) error
+	err  error
+	done chan struct{} // closed once err is set
+	wake func()        // ends the owner's wait for the write lock
+}
+
+// holderQueue holds the lease-holder writes waiting for a transaction.
+type holderQueue struct {
+	mu      sync.Mutex
+	pending []*holderOp
+}
+
+// errBatched ends a holder's wait for the write lock: another holder's
+// transaction has run its write.
+var errBatched = errors.New("idemsqlite: written by a shared transaction")
+
+func removeOp(ops *[]*holderOp, op *holderOp) bool {
+	for i, o := range *ops {
+		if o == op {
+			*ops = append((*ops)[:i], (*ops)[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// runHolderBatch runs the writes of batch in one transaction, with the
+// store clock read once, and settles each one. The caller holds the write
+// lock. A write that finds its lease lost changes nothing and fails alone;
+// any other failure fails them all, and nothing is committed.
+func (s *Store) runHolderBatch(batch []*holderOp) {
+	defer func() {
+		for _, op := range batch {
+			close(op.done)
+			op.wake()
+		}
+	}()
+	failAll := func(step string, err error) {
+		for _, op := range batch {
+			op.err = fmt.Errorf("idemsqlite: %s: %s: %w", op.what, step, classify(err))
+		}
+	}
+	// The statements run without the callers' cancellation: interrupting
+	// one would roll the whole shared transaction back.
+	bg := context.Background()
+	s.batches.Add(1)
+	tx, err := s.beginWrite(bg)
+	if err != nil {
+		failAll("begin", err)
+		return
+	}
+	now, kept := micros(s.now()), 0
+	for _, op := range batch {
+		if err := op.ctx.Err(); err != nil {
+			op.err = fmt.Errorf("idemsqlite: %s: %w", op.what, context.Cause(op.ctx))
+			continue
+		}
+		op.err = op.fn(bg, tx, now)
+		switch {
+		case op.err == nil:
+			kept++
+		case !errors.Is(op.err, idem.ErrLeaseLost):
+			_ = tx.Rollback()
+			cause := op.err
+			for _, o := range batch {
+				if o != op {
+					o.err = fmt.Errorf("idemsqlite: %s: rolled back with another lease holder's write: %w", o.what, cause)
+				}
+			}
+			return
+		}
+	}
+	if kept == 0 {
+		_ = tx.Rollback()
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		for _, op := range batch {
+			if op.err == nil {
+				op.err = fmt.Errorf("idemsqlite: %s: commit: %w", op.what, classify(err))
+			}
+		}
+	}
 }
 
 func (s *Store) runTx(ctx context.Context, what string, holder bool, fn func(tx *sql.Tx, now int64) error) error {
@@ -423,7 +565,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if result == nil && !tombstone {
 		result = []byte{}
 	}
-	return s.inHolderTx(ctx, "complete", func(tx *sql.Tx, now int64) error {
+	return s.inHolderTx(ctx, "complete", func(ctx context.Context, tx *sql.Tx, now int64) error {
 		res, err := tx.ExecContext(ctx, `UPDATE idem_records SET state = 'completed', result = ?, failed = ?, tombstone = ?,
 	lease_expires_at = NULL, completed_at = ?, expires_at = ?
 	WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'`,
@@ -454,7 +596,7 @@ func (s *Store) Release(ctx context.Context, scope, key string, token int64) err
 	if err := idem.Validate(scope, key); err != nil {
 		return err
 	}
-	return s.inHolderTx(ctx, "release", func(tx *sql.Tx, _ int64) error {
+	return s.inHolderTx(ctx, "release", func(ctx context.Context, tx *sql.Tx, _ int64) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'", scope, key, token)
 		return s.leaseHeld(res, err, "release", scope, key, token)
 	})
@@ -469,7 +611,7 @@ func (s *Store) Extend(ctx context.Context, scope, key string, token int64, leas
 		return time.Time{}, fmt.Errorf("%w: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
 	}
 	var until int64
-	err := s.inHolderTx(ctx, "extend", func(tx *sql.Tx, now int64) error {
+	err := s.inHolderTx(ctx, "extend", func(ctx context.Context, tx *sql.Tx, now int64) error {
 		until = now + lease.Microseconds()
 		res, err := tx.ExecContext(ctx, `UPDATE idem_records SET lease_expires_at = ?, expires_at = ?
 	WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'`, until, until, scope, key, token)
