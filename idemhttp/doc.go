@@ -5,19 +5,22 @@
 //
 // # Behaviour
 //
-// For a covered method (POST and PATCH by default) carrying a key:
+// For a covered method (POST and PATCH by default, matched whatever their
+// case) carrying a key:
 //
 //   - the key header is parsed as an RFC 8941 sf-string ("abc"); a bare
 //     token is accepted; two key headers or an invalid key get 400 before
 //     the store is touched;
 //   - the key is scoped by the authenticated principal (Config.Principal),
 //     the method and the route, so one principal never receives another's
-//     response; with no principal the request gets 400 unless
-//     Config.SharedScope is set;
-//   - the body is read within Config.MaxBodyBytes (413 otherwise) and
-//     fingerprinted with the method, route, request URI and the configured
-//     significant headers; JSON bodies are canonicalised first, so member
-//     order and white space do not matter;
+//     response; with no principal, or a principal header sent twice, the
+//     request gets 400 unless Config.SharedScope is set;
+//   - the body is read within Config.MaxBodyBytes (413 otherwise, at once
+//     for a declared Content-Length over the limit) and fingerprinted with
+//     the method, route, request URI and the configured significant
+//     headers; a gzip or deflate Content-Encoding is decoded first (within
+//     the same limit) and JSON bodies are canonicalised, so compression,
+//     member order and white space do not matter;
 //   - the first request claims the key, runs the handler under a
 //     heartbeating lease, stores the status, the allow-listed headers and
 //     the body, and then responds;
@@ -27,27 +30,64 @@
 //     with Config.Wait waits for the first and then replays;
 //   - the same key with a different request gets 422, the record untouched.
 //
-// Set-Cookie, Authorization, WWW-Authenticate, Proxy-Authenticate, Date,
-// Retry-After, rate-limit and hop-by-hop headers are never stored or
-// replayed.
+// Every response to a request with a valid key echoes its Idempotency-Key
+// header. Content-Type, Location, Content-Location, ETag, Last-Modified,
+// Link, Request-Id and X-Request-Id are stored and replayed, with
+// Config.ReplayHeaders besides; Set-Cookie, Authorization,
+// WWW-Authenticate, Proxy-Authenticate, Date, Retry-After, rate-limit and
+// hop-by-hop headers never are.
+//
+// # Executions outlive their clients
+//
+// Once the handler has started, the client going away (a dropped
+// connection, a client-side timeout) neither cancels the handler's context
+// nor releases the key: the handler runs to its end, its response is
+// recorded, and the client's retry gets 409 while it runs and the replay
+// after. Writes to a client that has gone succeed for the handler, so an
+// event stream left early is still recorded whole. A client that leaves
+// before its handler starts (while its claim or Wait is pending) stops
+// everything, and nothing runs for it. Config.HandlerTimeout bounds the
+// handler's context; Config.CancelOnDisconnect restores plain net/http's
+// cancellation.
+//
+// A lost lease does not abort a running handler either: it may already
+// have had its effect. Fencing refuses its record.
 //
 // # Storage policy
 //
 // [DefaultShouldStore] keeps 2xx, 3xx and deterministic 4xx responses and
 // releases the key after 5xx, 408, 409, 425 and 429 and after a panic, so
 // a retry runs the handler again. A handler can force a release with
-// [Release].
+// [Release], or force a response to be stored whatever its status with
+// [Keep] (a 500 written after the effect happened).
 //
 // A response larger than Config.MaxResponseBytes (or than the store's own
 // result limit) still reaches the first caller in full, but the key becomes
 // a tombstone: retries get 410 Gone with type [TypeResultDiscarded] and the
 // handler never runs again for that key. 410 rather than 409 because the
-// condition is permanent: a client must not keep retrying.
+// condition is permanent: a client must not keep retrying. A protocol
+// switch (101, a hijacked connection) is recorded the same way, with type
+// [TypeResponseNotRecordable].
+//
+// # A result that cannot be recorded
+//
+// If the store fails while the response is recorded, the Guard retries
+// while its lease holds; if it still cannot, or the lease was lost, the
+// response is sent with "Idempotent-Recorded: false" (never as a clean
+// success), the failure is logged, and the key stays claimed until its
+// lease expires, so an immediate retry gets 409. A retry after the lease
+// expired runs the handler again: handlers that call external systems
+// should pass on a key derived with [idem.DownstreamKey].
 //
 // # Errors
 //
 // Every error is an RFC 9457 application/problem+json response whose type
-// is one of the stable Type* URIs. Config.ErrorHandler replaces the writer.
+// is one of the stable Type* URIs and whose "code" member is its short
+// code. Config.ErrorFormat [FormatStripe] writes Stripe's error shape
+// instead, so that Stripe-style SDKs raise typed errors (an
+// idempotency_error for a reused or busy key) rather than retry, or
+// resolve as a result, an answer they do not recognise.
+// Config.ErrorHandler replaces the writer.
 //
 // # Durability
 //
@@ -62,10 +102,7 @@
 // instead, from that point on, when the handler flushes (server-sent
 // events, progress output) or the body outgrows Config.MaxResponseBytes;
 // a retry that arrives between the streamed response and its record gets
-// 409 and then the replay. If the store fails after the handler ran, the
-// response is still sent, the key stays in progress until its lease
-// expires and a later retry runs the handler again: handlers that call
-// external systems should pass on a key derived with [idem.DownstreamKey].
+// 409 and then the replay.
 //
 // # Placement and leases
 //
@@ -74,18 +111,36 @@
 // mw.Handler(h))) so the default route is the ServeMux pattern; wrapped
 // around the whole mux it sees no pattern and scopes by URL path instead.
 //
-// The lease is heartbeated every Lease/3. It must comfortably exceed the
-// store's worst write latency under load: if a burst of claims queues the
-// heartbeat (SQLite has one writer) past the lease, another retry takes
-// over and runs the handler a second time; fencing tokens then stop the
-// first run from overwriting the record, but the effect happened twice.
-// The 30 s default leaves a wide margin; leases of 1 s work on a store
-// that is not saturated.
+// The lease (at least [idem.MinLease]) is heartbeated every Lease/3 and
+// must comfortably exceed the store's worst write latency under load.
+// Every store gives lease holders a path of their own: idemsqlite puts
+// their writes first in its write queue and commits those that queue
+// together, idempgx keeps pool connections for them, idemredis sends each
+// heartbeat from its caller at once. Config.OnDo reports each execution's
+// slowest heartbeat (contrib/idemprom exports it): alert when it nears a
+// third of the lease.
 //
 // # Proxy
 //
 // [NewProxy] puts the middleware in front of an upstream URL with
-// httputil.ReverseProxy: the Idempotency-Key header is forwarded unchanged,
-// a client-supplied Idempotent-Replayed header is stripped, and an
-// unreachable upstream (502) or a timeout (504) releases the key.
+// httputil.ReverseProxy. The Idempotency-Key header is forwarded unchanged
+// (and survives a client's Connection header, as do
+// ProxyConfig.PreserveHeaders), a client-supplied Idempotent-Replayed
+// header is stripped, and a request is forwarded at most once per key: the
+// upstream call runs on a context the client's disconnect does not end
+// (bounded by ProxyConfig.UpstreamTimeout), and the transport is kept from
+// re-sending a request by itself after a broken keep-alive connection.
+//
+// Only a request of which nothing reached the upstream (connection
+// refused, a reset before any byte of it left, a dial timeout) releases its
+// key, with 502 or 504 and type [TypeUpstreamUnreachable] or
+// [TypeUpstreamTimeout]. One that reached the upstream and got no whole
+// answer (ProxyConfig.Timeout, UpstreamTimeout, a dropped connection, a
+// response that broke off) is in doubt: with [InDoubtRecord], the default,
+// a 502/504 of type [TypeOutcomeUnknown] is recorded and replayed to every
+// retry, and the request is never forwarded again until an operator
+// deletes the key; [InDoubtRelease] releases it instead, for upstreams that
+// deduplicate by the forwarded key themselves. The one window left is a
+// proxy killed between the upstream's answer and the record: its retry
+// gets 409 until the lease expires and then runs again.
 package idemhttp
