@@ -680,7 +680,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	defer func() {
-		ev.ClientGone = cw.gone
+		// A write that failed says the client left; so does its context,
+		// which net/http ends when it sees the connection go. Held-back
+		// writes land in net/http's buffer and rarely fail at all.
+		ev.ClientGone = cw.gone || r.Context().Err() != nil
 		if cw.abort {
 			// The response broke off after part of it was sent: end the
 			// client's connection rather than pretend it is whole. What the

@@ -325,10 +325,15 @@ func (p *proxy) inDoubt(cw *captureWriter, r *http.Request, cause error, timeout
 	}
 	// Part of the upstream's response is already with the client: record
 	// the outcome-unknown answer and then break the client's connection.
+	// With InDoubtRelease nothing is recorded: record() prefers stored to
+	// release, so setting it would keep the key instead of releasing it.
+	cw.abort = true
+	if p.cfg.InDoubt == InDoubtRelease {
+		return
+	}
 	rec := recorder{header: http.Header{}}
 	p.mw.errorFunc(&rec, r, prob)
 	cw.stored = &storedResponse{status: rec.status, header: cw.m.storableHeader(rec.header), body: rec.body}
-	cw.abort = true
 }
 
 func isTimeout(err error) bool {
