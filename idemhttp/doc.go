@@ -73,8 +73,9 @@
 //
 // If the store fails while the response is recorded, the Guard retries
 // while its lease holds; if it still cannot, or the lease was lost, the
-// response is sent with "Idempotent-Recorded: false" (never as a clean
-// success), the failure is logged, and the key stays claimed until its
+// response is sent with "Idempotent-Recorded: false" (in a trailer when it
+// was already streaming: a client that reads trailers sees it), the
+// failure is logged, and the key stays claimed until its
 // lease expires, so an immediate retry gets 409. A retry after the lease
 // expired runs the handler again: handlers that call external systems
 // should pass on a key derived with [idem.DownstreamKey].

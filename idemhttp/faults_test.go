@@ -711,6 +711,34 @@ func TestFaultRecordFailure(t *testing.T) {
 			t.Fatalf("handler runs %d, want 1", n)
 		}
 	})
+	// A streamed response is already out when its record fails: the
+	// marker comes as a trailer.
+	t.Run("streamed", func(t *testing.T) {
+		t.Parallel()
+		st := &hookStore{MemoryStore: idemtest.NewMemoryStore(nil)}
+		st.complete = func(context.Context, idem.CompleteRequest) error { return errors.New("disk full") }
+		mw := newHookMiddleware(t, st, &idemhttp.Config{})
+		srv := startServer(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusCreated)
+			for i := range 3 {
+				fmt.Fprintf(w, "data: %d\n\n", i)
+				_ = http.NewResponseController(w).Flush()
+			}
+		})))
+		resp, err := newClient(t).Do(newRequest(t, http.MethodPost, srv.URL+"/pay", "k10", body1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusCreated || strings.Count(string(b), "data:") != 3 {
+			t.Fatalf("stream: %d %q %v", resp.StatusCode, b, err)
+		}
+		if got := resp.Trailer.Get(idemhttp.RecordedHeader); got != "false" {
+			t.Fatalf("trailer %s = %q, want false (trailers %v)", idemhttp.RecordedHeader, got, resp.Trailer)
+		}
+	})
 	t.Run("transient", func(t *testing.T) {
 		t.Parallel()
 		var attempts atomic.Int64

@@ -706,7 +706,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// failed (lost lease, store down). The response says so, and the
 		// key stays claimed until its lease expires, so an immediate retry
 		// gets 409 rather than a second run.
-		if !cw.streaming {
+		if cw.streaming {
+			// The header went out with the stream: say it in a trailer,
+			// which a chunked response carries at its end.
+			w.Header().Set(http.TrailerPrefix+RecordedHeader, "false")
+		} else {
 			w.Header().Set(RecordedHeader, "false")
 		}
 		cw.commit()

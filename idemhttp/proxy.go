@@ -212,6 +212,7 @@ func NewProxy(upstream *url.URL, mw *Middleware, cfg *ProxyConfig) (http.Handler
 		// and responses of unknown length at once, and every other
 		// response is recorded before the client sees it.
 		ErrorHandler: p.upstreamFailed,
+		ErrorLog:     slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
 	}
 	var h http.Handler = mw.Handler(http.HandlerFunc(p.forward))
 	if c.BodyReadTimeout > 0 {
