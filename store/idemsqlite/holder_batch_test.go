@@ -12,22 +12,36 @@ import (
 	"github.com/idem-go/idem"
 )
 
-// waitPending waits until n lease-holder writes are queued.
-func waitPending(t *testing.T, s *Store, n int) {
+// waitPending waits until the number of queued lease-holder writes meets c.
+func waitPending(t *testing.T, s *Store, c pendingCond) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s.holders.mu.Lock()
 		got := len(s.holders.pending)
 		s.holders.mu.Unlock()
-		if got >= n {
+		if c.ok(got) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d holder writes queued, want %d", got, n)
+			t.Fatalf("%d holder writes queued, want %s", got, c.what)
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// pendingCond is a condition for waitPending.
+type pendingCond struct {
+	what string
+	ok   func(queued int) bool
+}
+
+func atLeast(n int) pendingCond {
+	return pendingCond{fmt.Sprint("at least ", n), func(got int) bool { return got >= n }}
+}
+
+func atMost(n int) pendingCond {
+	return pendingCond{fmt.Sprint("at most ", n), func(got int) bool { return got <= n }}
 }
 
 // Lease holders that queue while a write runs share the next transaction:
@@ -66,9 +80,9 @@ func TestHolderWritesShareATransaction(t *testing.T) {
 			_, errs[i] = s.Extend(c, "batch", fmt.Sprint(i), token, time.Hour)
 		})
 	}
-	waitPending(t, s, n)
+	waitPending(t, s, atLeast(n))
 	cancel() // i == 7 gives up while it waits: it leaves the queue
-	waitPendingAtMost(t, s, n-1)
+	waitPending(t, s, atMost(n-1))
 	before := s.batches.Load()
 	s.writes.unlock()
 	wg.Wait()
@@ -97,24 +111,6 @@ func TestHolderWritesShareATransaction(t *testing.T) {
 	}
 }
 
-// waitPendingAtMost waits until at most n holder writes are queued.
-func waitPendingAtMost(t *testing.T, s *Store, n int) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s.holders.mu.Lock()
-		got := len(s.holders.pending)
-		s.holders.mu.Unlock()
-		if got <= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d holder writes queued, want at most %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // A write in a shared transaction that fails for another reason than a
 // lost lease rolls the whole transaction back: nobody's write is kept, and
 // every caller hears why.
@@ -136,12 +132,12 @@ func TestHolderBatchFailureRollsBackAll(t *testing.T) {
 	var extendErr, badErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { _, extendErr = s.Extend(ctx, "batch", "k", c.Token, time.Hour) })
-	waitPending(t, s, 1)
+	waitPending(t, s, atLeast(1))
 	boom := errors.New("disk on fire")
 	wg.Go(func() {
 		badErr = s.inHolderTx(ctx, "broken", func(context.Context, *sql.Tx, int64) error { return boom })
 	})
-	waitPending(t, s, 2)
+	waitPending(t, s, atLeast(2))
 	s.writes.unlock()
 	wg.Wait()
 	if !errors.Is(badErr, boom) || !errors.Is(extendErr, boom) {
