@@ -49,6 +49,6 @@
 //   - retry: backoff with full jitter and error classification.
 //   - idemtest: an in-memory store for unit tests (it says it is not durable).
 //   - store/idemsqlite, store/idempgx, store/idemredis: the stores (own modules).
-//   - store/idemstoretest: the conformance suite every store passes.
+//   - idemtest/storetest: the conformance suite every store passes.
 //   - cmd/idem: the CLI (demo, migrate, keys, proxy, backoff).
 package idem

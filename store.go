@@ -119,7 +119,7 @@ type Record struct {
 // Implementations must be safe for concurrent use, compute every expiry from
 // the backend's own clock, and issue fencing tokens that strictly increase
 // per (scope, key), also across Release, Delete and Purge. The conformance
-// suite in store/idemstoretest checks all of this against a real backend.
+// suite in idemtest/storetest checks all of this against a real backend.
 type Store interface {
 	// Claim takes the lease on a key that is absent, released or whose lease
 	// has expired (a takeover), or reports why it cannot. A completed record

@@ -2,7 +2,7 @@ module github.com/idem-go/idem/bench
 
 go 1.26.0
 
-require github.com/idem-go/idem v0.0.0
+require github.com/idem-go/idem v0.1.0
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -36,19 +36,11 @@ require (
 	modernc.org/sqlite v1.62.0 // indirect
 )
 
-replace (
-	github.com/idem-go/idem => ..
-	github.com/idem-go/idem/store/idempgx => ../store/idempgx
-	github.com/idem-go/idem/store/idemredis => ../store/idemredis
-	github.com/idem-go/idem/store/idemsqlite => ../store/idemsqlite
-	github.com/idem-go/idem/store/idemstoretest => ../store/idemstoretest
-)
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
-	github.com/idem-go/idem/store/idempgx v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/store/idemredis v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/store/idemsqlite v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem/store/idempgx v0.1.0
+	github.com/idem-go/idem/store/idemredis v0.1.0
+	github.com/idem-go/idem/store/idemsqlite v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79

@@ -12,7 +12,7 @@ import (
 	"github.com/idem-go/idem/idemtest"
 )
 
-// The full Store contract is checked by store/idemstoretest against this
+// The full Store contract is checked by idemtest/storetest against this
 // store; these tests cover what needs a manual clock or the memory store's
 // own promises.
 

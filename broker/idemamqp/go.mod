@@ -2,10 +2,10 @@ module github.com/idem-go/idem/broker/idemamqp
 
 go 1.26
 
-require github.com/idem-go/idem v0.0.0
+require github.com/idem-go/idem v0.1.0
 
 require (
-	github.com/idem-go/idem/store/idempgx v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem/store/idempgx v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	go.uber.org/goleak v1.3.0
@@ -19,10 +19,5 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 )
 
-replace github.com/idem-go/idem => ../..
-
 // Tests bind the consumer to the PostgreSQL store; the module's own code
 // does not import it.
-replace github.com/idem-go/idem/store/idempgx => ../../store/idempgx
-
-replace github.com/idem-go/idem/store/idemstoretest => ../../store/idemstoretest

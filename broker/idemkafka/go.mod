@@ -3,10 +3,10 @@ module github.com/idem-go/idem/broker/idemkafka
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/store/idempgx v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/store/idemredis v0.0.0-00010101000000-000000000000
-	github.com/idem-go/idem/store/idemsqlite v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/store/idempgx v0.1.0
+	github.com/idem-go/idem/store/idemredis v0.1.0
+	github.com/idem-go/idem/store/idemsqlite v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/rueidis v1.0.79
 	github.com/twmb/franz-go v1.22.3
@@ -34,13 +34,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
 )
-
-replace github.com/idem-go/idem => ../..
-
-replace github.com/idem-go/idem/store/idemsqlite => ../../store/idemsqlite
-
-replace github.com/idem-go/idem/store/idemstoretest => ../../store/idemstoretest
-
-replace github.com/idem-go/idem/store/idempgx => ../../store/idempgx
-
-replace github.com/idem-go/idem/store/idemredis => ../../store/idemredis

@@ -3,8 +3,8 @@ module github.com/idem-go/idem/broker/idemnats
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
-	github.com/idem-go/idem/store/idemsqlite v0.0.0-00010101000000-000000000000
+	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/store/idemsqlite v0.1.0
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
 )
@@ -25,9 +25,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
 )
-
-replace github.com/idem-go/idem => ../..
-
-replace github.com/idem-go/idem/store/idemsqlite => ../../store/idemsqlite
-
-replace github.com/idem-go/idem/store/idemstoretest => ../../store/idemstoretest

@@ -3,7 +3,7 @@ module github.com/idem-go/idem/cmd/idem
 go 1.26.0
 
 require (
-	github.com/idem-go/idem v0.0.0
+	github.com/idem-go/idem v0.1.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 )
@@ -34,29 +34,15 @@ require (
 	modernc.org/sqlite v1.62.0 // indirect
 )
 
-replace github.com/idem-go/idem => ../..
-
 require (
-	github.com/idem-go/idem/broker/idemamqp v0.0.0
-	github.com/idem-go/idem/contrib/idemprom v0.0.0
-	github.com/idem-go/idem/store/idempgx v0.0.0
-	github.com/idem-go/idem/store/idemredis v0.0.0
-	github.com/idem-go/idem/store/idemsqlite v0.0.0
+	github.com/idem-go/idem/broker/idemamqp v0.1.0
+	github.com/idem-go/idem/contrib/idemprom v0.1.0
+	github.com/idem-go/idem/store/idempgx v0.1.0
+	github.com/idem-go/idem/store/idemredis v0.1.0
+	github.com/idem-go/idem/store/idemsqlite v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/rueidis v1.0.79
 	go.uber.org/goleak v1.3.0
 )
-
-replace (
-	github.com/idem-go/idem/store/idempgx => ../../store/idempgx
-	github.com/idem-go/idem/store/idemsqlite => ../../store/idemsqlite
-	github.com/idem-go/idem/store/idemstoretest => ../../store/idemstoretest
-)
-
-replace github.com/idem-go/idem/store/idemredis => ../../store/idemredis
-
-replace github.com/idem-go/idem/broker/idemamqp => ../../broker/idemamqp
-
-replace github.com/idem-go/idem/contrib/idemprom => ../../contrib/idemprom

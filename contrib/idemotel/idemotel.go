@@ -25,7 +25,7 @@ import (
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/hooklabel"
+	"github.com/idem-go/idem/shared/hooklabel"
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer.

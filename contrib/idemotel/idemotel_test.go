@@ -33,7 +33,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/hooktest"
+	"github.com/idem-go/idem/shared/hooktest"
 	"github.com/idem-go/idem/retry"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/internal/hooklabel"
+	"github.com/idem-go/idem/shared/hooklabel"
 )
 
 // DefaultNamespace prefixes every metric name unless [Options.Namespace]

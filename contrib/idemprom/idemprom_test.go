@@ -19,7 +19,7 @@ import (
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
-	"github.com/idem-go/idem/internal/hooktest"
+	"github.com/idem-go/idem/shared/hooktest"
 )
 
 func newMetrics(t *testing.T, opts *Options) (*Metrics, *prometheus.Registry) {

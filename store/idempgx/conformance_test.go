@@ -7,7 +7,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idempgx"
-	"github.com/idem-go/idem/store/idemstoretest"
+	"github.com/idem-go/idem/idemtest/storetest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -16,15 +16,15 @@ const conformanceMaxResult = 4096
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testPool(t)
-	idemstoretest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) idem.Store {
 		return newStore(t, &idempgx.Config{MaxResultBytes: conformanceMaxResult})
-	}, &idemstoretest.Options{MaxResultBytes: conformanceMaxResult, ClockPrecision: time.Microsecond})
+	}, &storetest.Options{MaxResultBytes: conformanceMaxResult, ClockPrecision: time.Microsecond})
 }
 
 func TestProcessConformance(t *testing.T) {
 	t.Parallel()
 	testPool(t)
-	idemstoretest.RunProcess(t, func(t *testing.T) idemstoretest.ProcessEnv {
+	storetest.RunProcess(t, func(t *testing.T) storetest.ProcessEnv {
 		return newProcessEnv(t)
 	})
 }

@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/idem-go/idem/internal/migration"
+	"github.com/idem-go/idem/shared/migration"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

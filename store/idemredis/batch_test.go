@@ -11,7 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idemredis"
-	"github.com/idem-go/idem/store/idemstoretest"
+	"github.com/idem-go/idem/idemtest/storetest"
 	"github.com/redis/rueidis"
 )
 
@@ -349,9 +349,9 @@ func TestClaimsSurviveKilledConnections(t *testing.T) {
 // the path a cluster client takes.
 func TestConformanceUnbatched(t *testing.T) {
 	c := newClient(t)
-	idemstoretest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) idem.Store {
 		return newStore(t, c, &idemredis.Config{MaxBatch: 1})
-	}, &idemstoretest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
+	}, &storetest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 }
 
 // TestConcurrentCompletionsShareCalls: completions made while the server is

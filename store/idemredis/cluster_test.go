@@ -13,7 +13,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idemredis"
-	"github.com/idem-go/idem/store/idemstoretest"
+	"github.com/idem-go/idem/idemtest/storetest"
 	"github.com/redis/rueidis"
 )
 
@@ -104,8 +104,8 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("Conformance", func(t *testing.T) {
-		idemstoretest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c, nil) },
-			&idemstoretest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
+		storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c, nil) },
+			&storetest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 	})
 }
 

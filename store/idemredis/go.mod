@@ -2,12 +2,9 @@ module github.com/idem-go/idem/store/idemredis
 
 go 1.26.0
 
-require github.com/idem-go/idem v0.0.0
-
-replace github.com/idem-go/idem => ../..
+require github.com/idem-go/idem v0.1.0
 
 require (
-	github.com/idem-go/idem/store/idemstoretest v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 )
@@ -17,5 +14,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/idem-go/idem/store/idemstoretest => ../idemstoretest

@@ -19,7 +19,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idemredis"
-	"github.com/idem-go/idem/store/idemstoretest"
+	"github.com/idem-go/idem/idemtest/storetest"
 	"github.com/redis/rueidis"
 )
 
@@ -109,9 +109,9 @@ func newStore(t testing.TB, c rueidis.Client, cfg *idemredis.Config) *idemredis.
 
 func TestConformance(t *testing.T) {
 	c := newClient(t)
-	idemstoretest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) idem.Store {
 		return newStore(t, c, nil)
-	}, &idemstoretest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
+	}, &storetest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 }
 
 func TestConformanceSmallResultLimit(t *testing.T) {

@@ -2,12 +2,9 @@ module github.com/idem-go/idem/store/idemsqlite
 
 go 1.26.0
 
-require github.com/idem-go/idem v0.0.0
-
-replace github.com/idem-go/idem => ../..
+require github.com/idem-go/idem v0.1.0
 
 require (
-	github.com/idem-go/idem/store/idemstoretest v0.0.0
 	go.uber.org/goleak v1.3.0
 	modernc.org/sqlite v1.62.0
 )
@@ -15,6 +12,7 @@ require (
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/idem-go/idem/shared v0.1.0
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
@@ -23,5 +21,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-replace github.com/idem-go/idem/store/idemstoretest => ../idemstoretest

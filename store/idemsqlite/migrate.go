@@ -10,7 +10,7 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/idem-go/idem/internal/migration"
+	"github.com/idem-go/idem/shared/migration"
 )
 
 //go:embed migration/*.sql

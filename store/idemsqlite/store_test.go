@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/store/idemstoretest"
+	"github.com/idem-go/idem/idemtest/storetest"
 )
 
 var quietLogger = slog.New(slog.DiscardHandler)
@@ -41,9 +41,9 @@ const testMaxResult = 4096
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	idemstoretest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) idem.Store {
 		return newTestStore(t, &Config{MaxResultBytes: testMaxResult})
-	}, &idemstoretest.Options{MaxResultBytes: testMaxResult, ClockPrecision: time.Microsecond})
+	}, &storetest.Options{MaxResultBytes: testMaxResult, ClockPrecision: time.Microsecond})
 }
 
 // processEnv adapts the transactional path to the suite: the effect is a
@@ -51,7 +51,7 @@ func TestConformance(t *testing.T) {
 // transaction.
 type processEnv struct{ s *Store }
 
-func newProcessEnv(t *testing.T) idemstoretest.ProcessEnv {
+func newProcessEnv(t *testing.T) storetest.ProcessEnv {
 	s := newTestStore(t, nil)
 	createEffects(t, s.DB())
 	return processEnv{s}
@@ -113,7 +113,7 @@ func countEffects(ctx context.Context, db *sql.DB) (map[string]int, error) {
 
 func TestProcessConformance(t *testing.T) {
 	t.Parallel()
-	idemstoretest.RunProcess(t, newProcessEnv)
+	storetest.RunProcess(t, newProcessEnv)
 }
 
 func TestOpenNotMigrated(t *testing.T) {

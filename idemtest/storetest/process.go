@@ -1,4 +1,4 @@
-package idemstoretest
+package storetest
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 )
 
 // processScope is the scope of the suite's messages (a consumer name).
-const processScope = "idemstoretest-consumer"
+const processScope = "storetest-consumer"
 
 // errHandler is the failure the suite's handlers return.
-var errHandler = errors.New("idemstoretest: handler failed on purpose")
+var errHandler = errors.New("storetest: handler failed on purpose")
 
 // processTest is one subtest of the transactional-path suite.
 type processTest struct {

@@ -1,4 +1,4 @@
-package idemstoretest
+package storetest
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package idemstoretest
+package storetest
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 const (
 	// scope is the scope most subtests use; stores are isolated per subtest,
 	// so it need not be unique.
-	scope = "idemstoretest"
+	scope = "storetest"
 	// longLease and longRetention are long enough never to pass during a run.
 	longLease     = time.Minute
 	longRetention = time.Hour

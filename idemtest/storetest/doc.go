@@ -1,4 +1,4 @@
-// Package idemstoretest is the conformance suite every idem store runs
+// Package storetest is the conformance suite every idem store runs
 // against a real backend, so that all stores keep the idem.Store contract
 // the same way.
 //
@@ -8,9 +8,9 @@
 // a store over its own namespace (schema, database file or key prefix):
 //
 //	func TestConformance(t *testing.T) {
-//		idemstoretest.Run(t, func(t *testing.T) idem.Store {
+//		storetest.Run(t, func(t *testing.T) idem.Store {
 //			return newIsolatedStore(t) // cleanup via t.Cleanup
-//		}, &idemstoretest.Options{MaxResultBytes: limit, ClockPrecision: time.Microsecond})
+//		}, &storetest.Options{MaxResultBytes: limit, ClockPrecision: time.Microsecond})
 //	}
 //
 // SQL stores that offer the transactional path also call [RunProcess] with
@@ -44,4 +44,4 @@
 // lease or retention to pass share one wait of 1.2 s, so the suite takes a
 // couple of seconds plus the backend's own time. Run and RunProcess return
 // only when their subtests have finished.
-package idemstoretest
+package storetest

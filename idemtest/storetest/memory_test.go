@@ -1,4 +1,4 @@
-package idemstoretest_test
+package storetest_test
 
 import (
 	"context"
@@ -10,28 +10,28 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemtest"
-	"github.com/idem-go/idem/store/idemstoretest"
+	"github.com/idem-go/idem/idemtest/storetest"
 )
 
 // The memory store is the reference implementation the suite is proven
 // against: a failure here is a bug in the suite or in idemtest.
 func TestMemoryStoreConformance(t *testing.T) {
 	t.Parallel()
-	idemstoretest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) idem.Store {
 		return idemtest.NewMemoryStore(&idemtest.MemoryOptions{MaxResultBytes: 4096})
-	}, &idemstoretest.Options{MaxResultBytes: 4096})
+	}, &storetest.Options{MaxResultBytes: 4096})
 }
 
 func TestMemoryStoreConformanceDefaultLimit(t *testing.T) {
 	t.Parallel()
-	idemstoretest.Run(t, func(t *testing.T) idem.Store {
+	storetest.Run(t, func(t *testing.T) idem.Store {
 		return idemtest.NewMemoryStore(nil)
 	}, nil)
 }
 
 func TestMemoryProcessConformance(t *testing.T) {
 	t.Parallel()
-	idemstoretest.RunProcess(t, func(t *testing.T) idemstoretest.ProcessEnv {
+	storetest.RunProcess(t, func(t *testing.T) storetest.ProcessEnv {
 		return newMemoryEnv()
 	})
 }

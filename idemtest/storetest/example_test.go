@@ -1,11 +1,11 @@
-package idemstoretest_test
+package storetest_test
 
 import (
 	"testing"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemtest"
-	"github.com/idem-go/idem/store/idemstoretest"
+	"github.com/idem-go/idem/idemtest/storetest"
 )
 
 // A store module runs the suite from one test. Here the store is the
@@ -13,9 +13,9 @@ import (
 // database file or key prefix for every call and removes it in t.Cleanup.
 func Example() {
 	testConformance := func(t *testing.T) {
-		idemstoretest.Run(t, func(t *testing.T) idem.Store {
+		storetest.Run(t, func(t *testing.T) idem.Store {
 			return idemtest.NewMemoryStore(nil)
-		}, &idemstoretest.Options{MaxResultBytes: idem.DefaultMaxResultBytes})
+		}, &storetest.Options{MaxResultBytes: idem.DefaultMaxResultBytes})
 	}
 	_ = testConformance
 }

@@ -1,0 +1,5 @@
+module github.com/idem-go/idem/shared
+
+go 1.26.0
+
+require github.com/idem-go/idem v0.1.0

@@ -1,7 +1,0 @@
-module github.com/idem-go/idem/store/idemstoretest
-
-go 1.26
-
-require github.com/idem-go/idem v0.0.0
-
-replace github.com/idem-go/idem => ../..
