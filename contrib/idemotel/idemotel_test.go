@@ -33,8 +33,8 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/shared/hooktest"
 	"github.com/idem-go/idem/retry"
+	"github.com/idem-go/idem/shared/hooktest"
 )
 
 // rig is a Telemetry over a real SDK: a manual metric reader and a span

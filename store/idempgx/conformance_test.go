@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/store/idempgx"
 	"github.com/idem-go/idem/idemtest/storetest"
+	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
 )
 

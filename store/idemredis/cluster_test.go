@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/store/idemredis"
 	"github.com/idem-go/idem/idemtest/storetest"
+	"github.com/idem-go/idem/store/idemredis"
 	"github.com/redis/rueidis"
 )
 

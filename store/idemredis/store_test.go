@@ -18,8 +18,8 @@ import (
 	"github.com/idem-go/idem/idemtest"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/store/idemredis"
 	"github.com/idem-go/idem/idemtest/storetest"
+	"github.com/idem-go/idem/store/idemredis"
 	"github.com/redis/rueidis"
 )
 
