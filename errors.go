@@ -37,6 +37,13 @@ var (
 	// (ErrLeaseLost, or the store's error).
 	ErrNotRecorded = errors.New("idem: the operation ran but its result could not be recorded")
 
+	// ErrCommitUnknown reports that a transaction's commit was sent but its
+	// answer was lost (the connection broke, or the context ended, while
+	// waiting for it): the effect and its dedupe record may or may not have
+	// committed. Never acknowledge or re-run on it blindly: a redelivery
+	// finds out (Duplicate if the commit happened). Consumers requeue.
+	ErrCommitUnknown = errors.New("idem: commit outcome unknown")
+
 	// ErrNotFound reports that no record exists for the (scope, key).
 	ErrNotFound = errors.New("idem: record not found")
 
@@ -64,8 +71,9 @@ var (
 // and must not count as a handler failure.
 type retryableError struct{ err error }
 
-func (e *retryableError) Error() string { return e.err.Error() }
-func (e *retryableError) Unwrap() error { return e.err }
+func (e *retryableError) Error() string   { return e.err.Error() }
+func (e *retryableError) Unwrap() error   { return e.err }
+func (e *retryableError) Retryable() bool { return true }
 
 // Retryable marks err as a transient infrastructure error: retrying the same
 // operation later may succeed and nothing was recorded. Stores use it for
@@ -81,11 +89,25 @@ func Retryable(err error) error {
 	return &retryableError{err: err}
 }
 
-// IsRetryable reports whether err, or any error it wraps, was marked with
-// [Retryable].
+// IsRetryable reports whether err, or any error it wraps, says it is
+// retryable: it was marked with [Retryable], or it implements
+// interface{ Retryable() bool } and returns true (so a driver's or an
+// application's own error types take part without being wrapped).
 func IsRetryable(err error) bool {
-	var r *retryableError
-	return errors.As(err, &r)
+	if r, ok := err.(interface{ Retryable() bool }); ok && r.Retryable() {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return IsRetryable(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if IsRetryable(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // StoredError is the error a replay returns when the first execution's error

@@ -30,38 +30,24 @@ type GuardConfig struct {
 	MaxErrorBytes int
 	// Logger receives heartbeat and cleanup failures. Default slog.Default().
 	Logger *slog.Logger
-	// OnDo, if set, is called once at the end of every Do, from Do's
-	// goroutine (also when fn panics, before the panic goes on). It must be
-	// safe for concurrent use and fast; contrib/idemprom and
-	// contrib/idemotel provide hooks for it.
-	OnDo func(ctx context.Context, ev DoEvent)
+	// Hooks observe every Do: those implementing [DoStartHook] are called
+	// as it starts, those implementing [DoEndHook] once at its end (also
+	// when fn panics, before the panic goes on). contrib/idemprom and
+	// contrib/idemotel implement both.
+	Hooks []Hook
 }
 
-// DoOutcome is what became of one [Guard.Do] call.
-type DoOutcome string
-
-// The outcomes of Do. A hook that counts them should map any other value
-// to "other": new outcomes may be added.
-const (
-	DoExecuted   DoOutcome = "executed"    // fn ran and its result (or Final error) was stored
-	DoReplayed   DoOutcome = "replayed"    // fn did not run: the stored result, error or tombstone was returned
-	DoFailed     DoOutcome = "failed"      // fn returned an error; the key was released for a retry
-	DoInProgress DoOutcome = "in_progress" // another caller holds the key (after GuardConfig.Wait, if set)
-	DoMismatch   DoOutcome = "mismatch"    // the key exists with another fingerprint
-	DoLeaseLost  DoOutcome = "lease_lost"  // the lease was taken over or lost while fn ran
-	DoPanic      DoOutcome = "panic"       // fn panicked; the key was released
-	DoRejected   DoOutcome = "rejected"    // invalid key or scope; the store was not touched
-	DoError      DoOutcome = "error"       // the store failed, or ctx ended, before a result was stored
-)
-
-// DoEvent reports one [Guard.Do] call to GuardConfig.OnDo. Scope and Key
+// DoEvent reports one [Guard.Do] call to its hooks. Scope and Key
 // are the caller's: fine for logs and traces, never for metric labels
 // (they are unbounded and may carry customer data).
 type DoEvent struct {
 	Scope, Key string
-	Outcome    DoOutcome
-	// Token is the fencing token of the execution that ran (executed,
-	// failed, lease_lost, panic) or whose result was replayed.
+	// Outcome is Processed, Duplicate, Released (fn failed), InProgress,
+	// Mismatch, LeaseLost, NotRecorded, Panicked, Rejected or Errored; it is
+	// empty in the start hook.
+	Outcome Outcome
+	// Token is the fencing token of the execution that ran (processed,
+	// released, lease_lost, panicked) or whose result was replayed.
 	Token int64
 	// Takeover is set when this execution replaced an expired lease.
 	Takeover bool
@@ -90,8 +76,10 @@ const MinLease = 100 * time.Millisecond
 //
 // A Guard is safe for concurrent use.
 type Guard struct {
-	store Store
-	cfg   GuardConfig
+	store  Store
+	cfg    GuardConfig
+	starts []DoStartHook
+	ends   []DoEndHook
 }
 
 // NewGuard returns a Guard over store. cfg may be nil.
@@ -113,6 +101,8 @@ func NewGuard(store Store, cfg *GuardConfig) *Guard {
 	if g.cfg.Logger == nil {
 		g.cfg.Logger = slog.Default()
 	}
+	g.starts = HooksOf[DoStartHook](g.cfg.Hooks)
+	g.ends = HooksOf[DoEndHook](g.cfg.Hooks)
 	return g
 }
 
@@ -187,27 +177,34 @@ type Result struct {
 //
 // The key is validated before the store is touched.
 func (g *Guard) Do(ctx context.Context, call Call, fn func(ctx context.Context, run Run) ([]byte, error)) (res Result, err error) {
-	ev := DoEvent{Scope: call.Scope, Key: call.Key, Outcome: DoPanic}
-	if g.cfg.OnDo != nil {
-		start := time.Now()
-		defer func() {
-			ev.Duration = time.Since(start)
-			if ev.Outcome != DoPanic {
-				ev.Err = err
-			}
-			if ev.Token == 0 {
-				ev.Token = res.Token
-			}
-			g.cfg.OnDo(ctx, ev)
-		}()
+	ev := DoEvent{Scope: call.Scope, Key: call.Key}
+	if len(g.starts) == 0 && len(g.ends) == 0 {
+		return g.do(ctx, call, fn, &ev)
 	}
+	for _, h := range g.starts {
+		ctx = h.OnDoStart(ctx, ev)
+	}
+	ev.Outcome = Panicked
+	start := time.Now()
+	defer func() {
+		ev.Duration = time.Since(start)
+		if ev.Outcome != Panicked {
+			ev.Err = err
+		}
+		if ev.Token == 0 {
+			ev.Token = res.Token
+		}
+		for _, h := range g.ends {
+			h.OnDoEnd(ctx, ev)
+		}
+	}()
 	return g.do(ctx, call, fn, &ev)
 }
 
 // do is Do; it records the outcome in ev.
 func (g *Guard) do(ctx context.Context, call Call, fn func(ctx context.Context, run Run) ([]byte, error), ev *DoEvent) (Result, error) {
 	if err := Validate(call.Scope, call.Key); err != nil {
-		ev.Outcome = DoRejected
+		ev.Outcome = Rejected
 		return Result{}, err
 	}
 	var waitUntil time.Time
@@ -220,7 +217,7 @@ func (g *Guard) do(ctx context.Context, call Call, fn func(ctx context.Context, 
 			Scope: call.Scope, Key: call.Key, Fingerprint: call.Fingerprint, Lease: g.cfg.Lease,
 		})
 		if err != nil {
-			ev.Outcome = DoError
+			ev.Outcome = Errored
 			return Result{}, err
 		}
 		switch claim.Outcome {
@@ -228,25 +225,25 @@ func (g *Guard) do(ctx context.Context, call Call, fn func(ctx context.Context, 
 			ev.Token, ev.Takeover = claim.Token, claim.Takeover
 			return g.run(ctx, call, claim, fn, ev)
 		case Completed:
-			ev.Outcome = DoReplayed
+			ev.Outcome = Duplicate
 			return replay(claim.Record)
 		case Mismatch:
-			ev.Outcome = DoMismatch
+			ev.Outcome = Mismatch
 			return Result{}, fmt.Errorf("%w (scope %q, key %q)", ErrFingerprintMismatch, call.Scope, call.Key)
 		case InProgress:
 			if waitUntil.IsZero() || !time.Now().Before(waitUntil) {
-				ev.Outcome = DoInProgress
+				ev.Outcome = InProgress
 				return Result{}, ErrInProgress
 			}
 			// Poll with jitter so that many waiters do not hit the store in step.
 			d := min(time.Duration(rand.Int64N(int64(poll)))+poll/2, time.Until(waitUntil))
 			if err := sleep(ctx, d); err != nil {
-				ev.Outcome = DoError
+				ev.Outcome = Errored
 				return Result{}, err
 			}
 			poll = min(2*poll, time.Second)
 		default:
-			ev.Outcome = DoError
+			ev.Outcome = Errored
 			return Result{}, fmt.Errorf("idem: store returned unknown claim outcome %v", claim.Outcome)
 		}
 	}
@@ -302,15 +299,15 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	if fnErr != nil && !IsFinal(fnErr) {
 		lost := hb.stop()
 		if lost {
-			ev.Outcome = DoLeaseLost
+			ev.Outcome = LeaseLost
 			return res, fmt.Errorf("%w (scope %q, key %q): %w", ErrLeaseLost, call.Scope, call.Key, fnErr)
 		}
-		ev.Outcome = DoFailed
+		ev.Outcome = Released
 		cctx, cancel := cleanupCtx()
 		defer cancel()
 		if rerr := g.store.Release(cctx, call.Scope, call.Key, run.Token); rerr != nil {
 			if errors.Is(rerr, ErrLeaseLost) {
-				ev.Outcome = DoLeaseLost
+				ev.Outcome = LeaseLost
 				return res, fmt.Errorf("%w: %w", fnErr, rerr)
 			}
 			g.cfg.Logger.Error("idem: releasing key after failure; it stays locked until the lease expires",
@@ -320,7 +317,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	}
 	if hb.lostNow() {
 		hb.stop()
-		ev.Outcome = DoLeaseLost
+		ev.Outcome = LeaseLost
 		return res, fmt.Errorf("%w (scope %q, key %q) before the result could be stored", ErrLeaseLost, call.Scope, call.Key)
 	}
 
@@ -339,13 +336,13 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	cerr := g.complete(ctx, req, hb)
 	hb.stop()
 	if cerr != nil {
-		ev.Outcome = DoError
+		ev.Outcome = NotRecorded
 		if errors.Is(cerr, ErrLeaseLost) {
-			ev.Outcome = DoLeaseLost
+			ev.Outcome = LeaseLost
 		}
 		return res, fmt.Errorf("%w: %w", ErrNotRecorded, cerr)
 	}
-	ev.Outcome = DoExecuted
+	ev.Outcome = Processed
 	if fnErr != nil {
 		return res, fnErr
 	}

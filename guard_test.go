@@ -326,13 +326,26 @@ func TestDownstreamKey(t *testing.T) {
 	}
 }
 
-// events records GuardConfig.OnDo events.
+// events records the events of the Guards it hooks.
 type events struct {
-	mu  sync.Mutex
-	evs []idem.DoEvent
+	mu     sync.Mutex
+	evs    []idem.DoEvent
+	starts int
 }
 
-func (e *events) on(_ context.Context, ev idem.DoEvent) {
+type startKey struct{}
+
+func (e *events) OnDoStart(ctx context.Context, ev idem.DoEvent) context.Context {
+	e.mu.Lock()
+	e.starts++
+	e.mu.Unlock()
+	return context.WithValue(ctx, startKey{}, ev.Key)
+}
+
+func (e *events) OnDoEnd(ctx context.Context, ev idem.DoEvent) {
+	if ctx.Value(startKey{}) != ev.Key {
+		panic("the end hook did not get the start hook's context")
+	}
 	e.mu.Lock()
 	e.evs = append(e.evs, ev)
 	e.mu.Unlock()
@@ -358,18 +371,18 @@ func (completeFailsStore) Complete(context.Context, idem.CompleteRequest) error 
 	return idem.Retryable(errors.New("connection reset"))
 }
 
-func TestGuardOnDoReportsEveryOutcome(t *testing.T) {
+func TestGuardHooksReportEveryOutcome(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var rec events
 	clock := idemtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	store := idemtest.NewMemoryStore(&idemtest.MemoryOptions{Now: clock.Now, MaxResultBytes: 8})
-	cfg := &idem.GuardConfig{OnDo: rec.on}
+	cfg := &idem.GuardConfig{Hooks: []idem.Hook{&rec}}
 	g := idem.NewGuard(store, cfg)
 	ok := func(context.Context, idem.Run) ([]byte, error) { return []byte("done"), nil }
 	boom := errors.New("boom")
 
-	want := func(what string, ev idem.DoEvent, outcome idem.DoOutcome, errIs error, tokenSet bool) {
+	want := func(what string, ev idem.DoEvent, outcome idem.Outcome, errIs error, tokenSet bool) {
 		t.Helper()
 		if ev.Outcome != outcome || ev.Scope != "test" {
 			t.Errorf("%s: event %+v, want outcome %s in scope test", what, ev, outcome)
@@ -387,44 +400,44 @@ func TestGuardOnDoReportsEveryOutcome(t *testing.T) {
 
 	res, _ := g.Do(ctx, call("a"), ok)
 	ev := rec.last(t)
-	want("first call", ev, idem.DoExecuted, nil, true)
+	want("first call", ev, idem.Processed, nil, true)
 	if ev.Token != res.Token || ev.Key != "a" {
 		t.Errorf("executed event %+v, want token %d and key a", ev, res.Token)
 	}
 	_, _ = g.Do(ctx, call("a"), ok)
-	want("second call", rec.last(t), idem.DoReplayed, nil, true)
+	want("second call", rec.last(t), idem.Duplicate, nil, true)
 
 	_, _ = g.Do(ctx, call("b"), func(context.Context, idem.Run) ([]byte, error) { return nil, boom })
-	want("fn error", rec.last(t), idem.DoFailed, boom, true)
+	want("fn error", rec.last(t), idem.Released, boom, true)
 	_, _ = g.Do(ctx, call("c"), func(context.Context, idem.Run) ([]byte, error) { return nil, idem.Final(boom) })
-	want("final error", rec.last(t), idem.DoExecuted, boom, true)
+	want("final error", rec.last(t), idem.Processed, boom, true)
 	_, _ = g.Do(ctx, call("c"), ok)
 	var stored *idem.StoredError
-	if ev := rec.last(t); ev.Outcome != idem.DoReplayed || !errors.As(ev.Err, &stored) || ev.Token == 0 {
+	if ev := rec.last(t); ev.Outcome != idem.Duplicate || !errors.As(ev.Err, &stored) || ev.Token == 0 {
 		t.Errorf("replayed final error: event %+v, want replayed with a *StoredError", ev)
 	}
 	_, _ = g.Do(ctx, call("t"), func(context.Context, idem.Run) ([]byte, error) { return []byte("too large to keep"), nil })
 	rec.last(t)
 	_, _ = g.Do(ctx, call("t"), ok)
-	want("tombstone", rec.last(t), idem.DoReplayed, idem.ErrResultDiscarded, true)
+	want("tombstone", rec.last(t), idem.Duplicate, idem.ErrResultDiscarded, true)
 
 	other := idem.Call{Scope: "test", Key: "a", Fingerprint: idem.FingerprintBytes([]byte("other"))}
 	_, _ = g.Do(ctx, other, ok)
-	want("other payload", rec.last(t), idem.DoMismatch, idem.ErrFingerprintMismatch, false)
+	want("other payload", rec.last(t), idem.Mismatch, idem.ErrFingerprintMismatch, false)
 
 	_, _ = g.Do(ctx, idem.Call{Scope: "test", Key: "a\nb"}, ok)
-	want("invalid key", rec.last(t), idem.DoRejected, idem.ErrInvalidKey, false)
+	want("invalid key", rec.last(t), idem.Rejected, idem.ErrInvalidKey, false)
 
 	held, err := store.Claim(ctx, idem.ClaimRequest{Scope: "test", Key: "held", Fingerprint: call("").Fingerprint, Lease: time.Minute})
 	if err != nil || held.Outcome != idem.Acquired {
 		t.Fatal(held, err)
 	}
 	_, _ = g.Do(ctx, call("held"), ok)
-	want("held key", rec.last(t), idem.DoInProgress, idem.ErrInProgress, false)
+	want("held key", rec.last(t), idem.InProgress, idem.ErrInProgress, false)
 	clock.Advance(2 * time.Minute)
 	_, _ = g.Do(ctx, call("held"), ok)
 	ev = rec.last(t)
-	want("takeover", ev, idem.DoExecuted, nil, true)
+	want("takeover", ev, idem.Processed, nil, true)
 	if !ev.Takeover || ev.Token <= held.Token {
 		t.Errorf("takeover event %+v, want Takeover and a token above %d", ev, held.Token)
 	}
@@ -432,7 +445,7 @@ func TestGuardOnDoReportsEveryOutcome(t *testing.T) {
 	_, _ = g.Do(ctx, call("lost"), func(ctx context.Context, run idem.Run) ([]byte, error) {
 		return nil, store.Delete(ctx, "test", "lost") // the operator deleted it: Complete finds no lease
 	})
-	want("record deleted while fn ran", rec.last(t), idem.DoLeaseLost, idem.ErrLeaseLost, true)
+	want("record deleted while fn ran", rec.last(t), idem.LeaseLost, idem.ErrLeaseLost, true)
 
 	func() {
 		defer func() {
@@ -442,29 +455,29 @@ func TestGuardOnDoReportsEveryOutcome(t *testing.T) {
 		}()
 		_, _ = g.Do(ctx, call("p"), func(context.Context, idem.Run) ([]byte, error) { panic("handler bug") })
 	}()
-	want("panic", rec.last(t), idem.DoPanic, nil, true)
+	want("panic", rec.last(t), idem.Panicked, nil, true)
 
 	gf := idem.NewGuard(failingStore{store}, cfg)
 	_, _ = gf.Do(ctx, call("s"), ok)
-	if ev := rec.last(t); ev.Outcome != idem.DoError || !idem.IsRetryable(ev.Err) || ev.Token != 0 {
+	if ev := rec.last(t); ev.Outcome != idem.Errored || !idem.IsRetryable(ev.Err) || ev.Token != 0 {
 		t.Errorf("claim fails: event %+v, want error with the store's retryable error and no token", ev)
 	}
 	// A Complete that keeps failing is retried for one lease, then given up.
-	gc := idem.NewGuard(completeFailsStore{store}, &idem.GuardConfig{OnDo: rec.on, Lease: 300 * time.Millisecond})
+	gc := idem.NewGuard(completeFailsStore{store}, &idem.GuardConfig{Hooks: []idem.Hook{&rec}, Lease: 300 * time.Millisecond})
 	_, _ = gc.Do(ctx, call("r"), ok)
 	ev = rec.last(t)
-	if ev.Outcome != idem.DoError || !idem.IsRetryable(ev.Err) || !errors.Is(ev.Err, idem.ErrNotRecorded) || ev.Token == 0 {
-		t.Errorf("complete fails: event %+v, want error with the store's retryable error and the run's token", ev)
+	if ev.Outcome != idem.NotRecorded || !idem.IsRetryable(ev.Err) || !errors.Is(ev.Err, idem.ErrNotRecorded) || ev.Token == 0 {
+		t.Errorf("complete fails: event %+v, want not_recorded with the store's retryable error and the run's token", ev)
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	gw := idem.NewGuard(store, &idem.GuardConfig{OnDo: rec.on, Wait: time.Minute})
+	gw := idem.NewGuard(store, &idem.GuardConfig{Hooks: []idem.Hook{&rec}, Wait: time.Minute})
 	if _, err := store.Claim(ctx, idem.ClaimRequest{Scope: "test", Key: "w", Fingerprint: call("").Fingerprint, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	_, _ = gw.Do(cctx, call("w"), ok)
-	want("wait cancelled", rec.last(t), idem.DoError, context.Canceled, false)
+	want("wait cancelled", rec.last(t), idem.Errored, context.Canceled, false)
 }
 
 // flakyCompleteStore fails the first n Completes with a transient error and
@@ -495,14 +508,14 @@ func TestGuardRetriesRecordWhileLeaseHolds(t *testing.T) {
 	store := &flakyCompleteStore{Store: idemtest.NewMemoryStore(nil), err: idem.Retryable(errors.New("connection reset"))}
 	store.n.Store(3)
 	var rec events
-	g := idem.NewGuard(store, &idem.GuardConfig{OnDo: rec.on})
+	g := idem.NewGuard(store, &idem.GuardConfig{Hooks: []idem.Hook{&rec}})
 	var runs atomic.Int32
 	fn := func(context.Context, idem.Run) ([]byte, error) { runs.Add(1); return []byte("charged"), nil }
 	res, err := g.Do(context.Background(), call("flaky"), fn)
 	if err != nil || string(res.Value) != "charged" || res.Replayed {
 		t.Fatalf("Do = %+v, %v; want the result, recorded after the store came back", res, err)
 	}
-	if ev := rec.last(t); ev.Outcome != idem.DoExecuted {
+	if ev := rec.last(t); ev.Outcome != idem.Processed {
 		t.Fatalf("event %+v, want executed", ev)
 	}
 	if got := store.heldSeen.Load(); got != 3 {
@@ -565,7 +578,7 @@ func TestGuardReportsHeartbeatLatency(t *testing.T) {
 	t.Parallel()
 	store := &slowExtendStore{Store: idemtest.NewMemoryStore(nil), delay: 120 * time.Millisecond, extended: make(chan struct{})}
 	var rec events
-	g := idem.NewGuard(store, &idem.GuardConfig{OnDo: rec.on, Lease: 300 * time.Millisecond,
+	g := idem.NewGuard(store, &idem.GuardConfig{Hooks: []idem.Hook{&rec}, Lease: 300 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	_, err := g.Do(context.Background(), call("hb"), func(ctx context.Context, _ idem.Run) ([]byte, error) {
 		select {

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -40,29 +41,22 @@ func (m Message) RetentionOrDefault() time.Duration {
 	return m.Retention
 }
 
-// ProcessResult is what the transactional path did with one message.
-type ProcessResult int
+// Processor is the transactional path: a store that commits a message's
+// dedupe record in the same transaction as the handler's effect. Every SQL
+// store implements it with its own transaction type (pgx.Tx, *sql.Tx), and
+// every broker adapter accepts one, so an application picks its store and
+// its broker independently.
+type Processor[Tx any] interface {
+	// Process runs fn in a transaction that also records msg, unless msg was
+	// seen before within its window: Processed when fn ran and everything
+	// committed, Duplicate or Mismatch when fn did not run. An error from fn
+	// rolls everything back and is returned as it is. An error wrapping
+	// ErrCommitUnknown means the commit was sent and its answer lost.
+	Process(ctx context.Context, msg Message, fn func(ctx context.Context, tx Tx) error) (Outcome, error)
 
-const (
-	// Processed: the message was new; its dedupe record and the handler's
-	// effect were committed together.
-	Processed ProcessResult = iota + 1
-	// Duplicate: the message was seen before (within its window); the
-	// handler did not run for it.
-	Duplicate
-	// Mismatched: the key was seen before with a different fingerprint, a
-	// producer bug. The handler did not run for it and nothing was recorded.
-	Mismatched
-)
-
-func (r ProcessResult) String() string {
-	switch r {
-	case Processed:
-		return "processed"
-	case Duplicate:
-		return "duplicate"
-	case Mismatched:
-		return "mismatched"
-	}
-	return fmt.Sprintf("ProcessResult(%d)", int(r))
+	// ProcessBatch does the same for many messages in one transaction: fn
+	// runs once, with the indexes of the messages that are new (Processed);
+	// the others are Duplicate or Mismatch. It returns one Outcome per
+	// message, in order.
+	ProcessBatch(ctx context.Context, msgs []Message, fn func(ctx context.Context, tx Tx, fresh []int) error) ([]Outcome, error)
 }

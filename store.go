@@ -6,37 +6,6 @@ import (
 	"time"
 )
 
-// Outcome is what a [Store.Claim] found.
-type Outcome int
-
-const (
-	// Acquired: the caller now holds the lease and must Complete or Release
-	// with the returned token. Claim.Takeover tells whether a stale lease was
-	// replaced.
-	Acquired Outcome = iota + 1
-	// InProgress: another caller holds a live lease.
-	InProgress
-	// Completed: the operation already ran; Claim.Record holds its result.
-	Completed
-	// Mismatch: the key exists with a different fingerprint. The stored
-	// record is untouched.
-	Mismatch
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Acquired:
-		return "acquired"
-	case InProgress:
-		return "in_progress"
-	case Completed:
-		return "completed"
-	case Mismatch:
-		return "mismatch"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
 // State is the state of a stored record.
 type State string
 
@@ -59,6 +28,7 @@ type ClaimRequest struct {
 
 // Claim is a store's answer to a [ClaimRequest].
 type Claim struct {
+	// Outcome is Acquired, InProgress, Completed or Mismatch.
 	Outcome Outcome
 	// Token is the fencing token of the lease when Outcome is Acquired. It is
 	// strictly greater than every token issued earlier for the same

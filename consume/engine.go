@@ -290,7 +290,7 @@ func (e *Engine) run(ctx context.Context, msg idem.Message, d Delivery) (res ide
 	defer func() {
 		if p := recover(); p != nil {
 			e.cfg.Logger.Error("idem: handler panicked", "consumer", e.cfg.Name, "key", msg.Key, "panic", p, "stack", string(debug.Stack()))
-			res, err = 0, fmt.Errorf("consume: handler panicked: %v", p)
+			res, err = "", fmt.Errorf("consume: handler panicked: %v", p)
 		}
 	}()
 	return e.process(ctx, msg, d)

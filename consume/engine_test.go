@@ -87,7 +87,7 @@ func (l *ledger) process(handler func(ctx context.Context, d consume.Delivery) e
 			return idem.Duplicate, nil
 		}
 		if err := handler(ctx, d); err != nil {
-			return 0, err
+			return "", err
 		}
 		l.seen[msg.Key] = msg.Fingerprint
 		l.effects[msg.Key]++
@@ -307,7 +307,7 @@ func TestMissingID(t *testing.T) {
 func TestCommitUnknownIsNotAckedNorCounted(t *testing.T) {
 	t.Parallel()
 	p := func(context.Context, idem.Message, consume.Delivery) (idem.ProcessResult, error) {
-		return 0, fmt.Errorf("commit: %w: connection reset", consume.ErrCommitUnknown)
+		return "", fmt.Errorf("commit: %w: connection reset", consume.ErrCommitUnknown)
 	}
 	e, c := newEngine(t, p, func(c *consume.Config) { c.Retry = &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond} })
 	d := &fakeDelivery{id: "m", state: consume.State{Attempts: 4}}
@@ -325,7 +325,7 @@ func TestCancelledContextAbandons(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := func(ctx context.Context, _ idem.Message, _ consume.Delivery) (idem.ProcessResult, error) {
 		cancel()
-		return 0, ctx.Err()
+		return "", ctx.Err()
 	}
 	e, _ := newEngine(t, p, nil)
 	d := &fakeDelivery{id: "m"}
@@ -336,7 +336,7 @@ func TestCancelledContextAbandons(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	cancel2()
 	e2, _ := newEngine(t, func(context.Context, idem.Message, consume.Delivery) (idem.ProcessResult, error) {
-		return 0, consume.ErrCommitUnknown
+		return "", consume.ErrCommitUnknown
 	}, nil)
 	if out, _ := e2.Handle(ctx2, &fakeDelivery{id: "m"}); out != consume.OutcomeAbandoned {
 		t.Fatal(out)

@@ -33,8 +33,8 @@ func GuardProcess(g *idem.Guard, handler func(ctx context.Context, run idem.Run,
 		case errors.Is(err, idem.ErrFingerprintMismatch):
 			return idem.Mismatched, err
 		case errors.Is(err, idem.ErrInProgress), errors.Is(err, idem.ErrLeaseLost):
-			return 0, idem.Retryable(err)
+			return "", idem.Retryable(err)
 		}
-		return 0, err
+		return "", err
 	}
 }

@@ -293,7 +293,7 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 		m.errorFunc = writeError
 	}
 	m.guard = idem.NewGuard(store, &idem.GuardConfig{
-		Lease: c.Lease, Retention: c.Retention, Wait: c.Wait, Logger: c.Logger, OnDo: c.OnDo,
+		Lease: c.Lease, Retention: c.Retention, Wait: c.Wait, Logger: c.Logger, Hooks: onDoHooks(c.OnDo),
 	})
 	return m, nil
 }
@@ -825,4 +825,16 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, value []byte
 	w.WriteHeader(sr.status)
 	_, _ = w.Write(sr.body)
 	ev.Outcome, ev.Status = OutcomeReplayed, sr.status
+}
+
+// onDoEnd adapts Config.OnDo to an idem.DoEndHook (transitional).
+type onDoEnd func(ctx context.Context, ev idem.DoEvent)
+
+func (f onDoEnd) OnDoEnd(ctx context.Context, ev idem.DoEvent) { f(ctx, ev) }
+
+func onDoHooks(f func(ctx context.Context, ev idem.DoEvent)) []idem.Hook {
+	if f == nil {
+		return nil
+	}
+	return []idem.Hook{onDoEnd(f)}
 }

@@ -60,7 +60,7 @@ func (e *pgEnv) naiveProcess(h func(ctx context.Context, tx pgx.Tx, d consume.De
 	return func(ctx context.Context, _ idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error { return h(ctx, tx, d) })
 		if err != nil {
-			return 0, err
+			return "", err
 		}
 		return idem.Processed, nil
 	}

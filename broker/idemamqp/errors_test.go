@@ -23,7 +23,7 @@ func TestInfrastructureErrorsDoNotDeadLetter(t *testing.T) {
 	var runs atomic.Int32
 	p := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
 		if runs.Add(1) <= 6 {
-			return 0, idem.Retryable(errors.New("connection refused"))
+			return "", idem.Retryable(errors.New("connection refused"))
 		}
 		return idem.Processed, nil
 	}
@@ -44,7 +44,7 @@ func TestCommitUnknownRequeues(t *testing.T) {
 	var runs atomic.Int32
 	p := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
 		if runs.Add(1) == 1 {
-			return 0, fmt.Errorf("commit: %w", consume.ErrCommitUnknown)
+			return "", fmt.Errorf("commit: %w", consume.ErrCommitUnknown)
 		}
 		return idem.Duplicate, nil // the first commit had in fact succeeded
 	}

@@ -357,7 +357,7 @@ func (c *Consumer) call(ctx context.Context, msgs []idem.Message, recs []*kgo.Re
 func (c *Consumer) processOne(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
 	results, err := c.call(ctx, []idem.Message{msg}, []*kgo.Record{d.(*delivery).r})
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	return results[0], nil
 }

@@ -58,7 +58,7 @@ func newMemoryEnv() *memoryEnv {
 func (e *memoryEnv) Process(ctx context.Context, m idem.Message, fail error) (idem.ProcessResult, error) {
 	res, err := e.ProcessBatch(ctx, []idem.Message{m}, fail)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	if res[0] == idem.Mismatched {
 		return idem.Mismatched, fmt.Errorf("memory env: key %q: %w", m.Key, idem.ErrFingerprintMismatch)

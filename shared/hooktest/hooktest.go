@@ -384,7 +384,7 @@ func Charge(context.Context, idem.Run) ([]byte, error) { return []byte("charged"
 
 // NewGuard returns a Guard over store that reports to onDo.
 func NewGuard(store idem.Store, onDo func(context.Context, idem.DoEvent)) *idem.Guard {
-	return idem.NewGuard(store, &idem.GuardConfig{OnDo: onDo, Logger: Quiet})
+	return idem.NewGuard(store, &idem.GuardConfig{Hooks: []idem.Hook{doEnd(onDo)}, Logger: Quiet})
 }
 
 // DriveGuard makes five calls of g.Do whose outcomes are, in order:
@@ -454,3 +454,8 @@ func ReportConcurrently(goroutines, each int, h Hooks) {
 	}
 	wg.Wait()
 }
+
+// doEnd adapts a function to idem.DoEndHook.
+type doEnd func(context.Context, idem.DoEvent)
+
+func (f doEnd) OnDoEnd(ctx context.Context, ev idem.DoEvent) { f(ctx, ev) }

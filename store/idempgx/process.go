@@ -33,10 +33,10 @@ import (
 // always safe because a committed message is then a Duplicate.
 func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx pgx.Tx) error) (idem.ProcessResult, error) {
 	if err := msg.Validate(); err != nil {
-		return 0, err
+		return "", err
 	}
 	if fn == nil {
-		return 0, fmt.Errorf("%w: nil handler", idem.ErrInvalidConfig)
+		return "", fmt.Errorf("%w: nil handler", idem.ErrInvalidConfig)
 	}
 	var res idem.ProcessResult
 	err := s.inTx(ctx, "process "+fmt.Sprintf("%q", msg.Key), func(tx pgx.Tx) (bool, error) {
@@ -46,7 +46,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 			return false, err
 		}
 		if err := fn(ctx, tx); err != nil {
-			res = 0
+			res = ""
 			return false, fmt.Errorf("idempgx: process %q: handler: %w", msg.Key, classify(err))
 		}
 		return true, nil
@@ -55,7 +55,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 		if res == idem.Mismatched {
 			return res, err
 		}
-		return 0, err
+		return "", err
 	}
 	return res, nil
 }
@@ -76,7 +76,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 // any error roll tx back.
 func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (idem.ProcessResult, error) {
 	if err := msg.Validate(); err != nil {
-		return 0, err
+		return "", err
 	}
 	for attempt := range maxRaceRetries {
 		query := s.q.processOneNew // first try: a duplicate takes no row lock
@@ -89,7 +89,7 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 			return idem.Processed, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return 0, s.wrap("process", err)
+			return "", s.wrap("process", err)
 		}
 		var e existing
 		rec, err := scanRecord(tx.QueryRow(ctx, s.q.getLive, msg.Scope, msg.Key), &e.live, &e.expired)
@@ -97,7 +97,7 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 			continue // deleted or purged since the insert
 		}
 		if err != nil {
-			return 0, s.wrap("process", err)
+			return "", s.wrap("process", err)
 		}
 		e.state, e.fp = rec.State, rec.Fingerprint
 		res, retry, err := e.judge(msg)
@@ -105,7 +105,7 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 			return res, err
 		}
 	}
-	return 0, idem.Retryable(fmt.Errorf("idempgx: process %q: record kept changing under %d attempts", msg.Key, maxRaceRetries))
+	return "", idem.Retryable(fmt.Errorf("idempgx: process %q: record kept changing under %d attempts", msg.Key, maxRaceRetries))
 }
 
 // existing is what a conflicting row looked like when it was read.
@@ -122,15 +122,15 @@ type existing struct {
 func (e existing) judge(msg idem.Message) (res idem.ProcessResult, retry bool, err error) {
 	switch {
 	case e.state == idem.StateCompleted && e.expired:
-		return 0, true, nil
+		return "", true, nil
 	case e.fp != msg.Fingerprint:
 		return idem.Mismatched, false, fmt.Errorf("idempgx: process %q in scope %q: %w", msg.Key, msg.Scope, idem.ErrFingerprintMismatch)
 	case e.state == idem.StateCompleted:
 		return idem.Duplicate, false, nil
 	case e.live:
-		return 0, false, fmt.Errorf("idempgx: process %q in scope %q: %w", msg.Key, msg.Scope, idem.ErrInProgress)
+		return "", false, fmt.Errorf("idempgx: process %q in scope %q: %w", msg.Key, msg.Scope, idem.ErrInProgress)
 	}
-	return 0, true, nil
+	return "", true, nil
 }
 
 // ProcessBatch is Process for many messages in one transaction, with the
@@ -239,7 +239,7 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 	}
 	// Later occurrences of a key compare with what is now stored for it.
 	for i, m := range msgs {
-		if results[i] != 0 {
+		if results[i] != "" {
 			continue
 		}
 		if stored[recordRef{m.Scope, m.Key}] == m.Fingerprint {

@@ -30,7 +30,7 @@ func TestProcessSingle(t *testing.T) {
 	msg := idem.Message{Scope: "orders", Key: "o-1", Fingerprint: fp("v1")}
 
 	boom := errors.New("boom")
-	if res, err := e.Process(ctx, msg, boom); !errors.Is(err, boom) || res != 0 {
+	if res, err := e.Process(ctx, msg, boom); !errors.Is(err, boom) || res != "" {
 		t.Fatalf("failing handler = %v, %v; want its error", res, err)
 	}
 	if n := e.mustEffects(t)["o-1"]; n != 0 {

@@ -357,7 +357,7 @@ func (s *Store) decodeClaim(c *call, token, now int64, item *rueidis.RedisMessag
 	if err != nil {
 		return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
 	}
-	switch outcome := idem.Outcome(code); outcome {
+	switch outcome := claimOutcome(code); outcome {
 	case idem.Acquired:
 		if len(vals) != 4 {
 			return idem.Claim{}, fmt.Errorf("idemredis: claim: item has %d elements", len(vals))
@@ -382,9 +382,27 @@ func (s *Store) decodeClaim(c *call, token, now int64, item *rueidis.RedisMessag
 			return idem.Claim{}, fmt.Errorf("idemredis: claim: %w", err)
 		}
 		return idem.Claim{Outcome: outcome, Record: &rec}, nil
-	case 0:
+	case "":
+		if code != 0 {
+			break
+		}
 		return idem.Claim{}, fmt.Errorf("idemredis: claim: key %s: %w", c.key, ErrRecordFormat)
-	default:
-		return idem.Claim{}, fmt.Errorf("idemredis: claim: unknown outcome %d", code)
 	}
+	return idem.Claim{}, fmt.Errorf("idemredis: claim: unknown outcome %d", code)
+}
+
+// claimOutcome maps the claim script's result codes (1 acquired, 2 in
+// progress, 3 completed, 4 mismatch; 0 an unreadable record) to outcomes.
+func claimOutcome(code int64) idem.Outcome {
+	switch code {
+	case 1:
+		return idem.Acquired
+	case 2:
+		return idem.InProgress
+	case 3:
+		return idem.Completed
+	case 4:
+		return idem.Mismatch
+	}
+	return ""
 }

@@ -59,9 +59,9 @@ func TestClaimBatchOutcomes(t *testing.T) {
 	if len(got) != len(reqs) {
 		t.Fatalf("%d items for %d requests", len(got), len(reqs))
 	}
-	want := []idem.Outcome{idem.Acquired, idem.Completed, idem.Mismatch, idem.InProgress, 0, idem.Acquired, idem.InProgress, idem.Acquired, idem.Acquired}
+	want := []idem.Outcome{idem.Acquired, idem.Completed, idem.Mismatch, idem.InProgress, "", idem.Acquired, idem.InProgress, idem.Acquired, idem.Acquired}
 	for i, w := range want {
-		if w == 0 {
+		if w == "" {
 			if !errors.Is(got[i].Err, idemredis.ErrRecordFormat) {
 				t.Errorf("item %d (%s): error %v, want ErrRecordFormat", i, reqs[i].Key, got[i].Err)
 			}

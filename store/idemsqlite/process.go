@@ -60,34 +60,34 @@ var (
 // one to commit and then sees the conflict.
 func (s *Store) ProcessTx(ctx context.Context, tx *sql.Tx, msg idem.Message) (idem.ProcessResult, error) {
 	if err := msg.Validate(); err != nil {
-		return 0, err
+		return "", err
 	}
 	if tx == nil {
-		return 0, errors.New("idemsqlite: ProcessTx: nil *sql.Tx")
+		return "", errors.New("idemsqlite: ProcessTx: nil *sql.Tx")
 	}
 	if err := s.checkOpen(); err != nil {
-		return 0, err
+		return "", err
 	}
 	now := micros(s.now())
 	rows, err := tx.QueryContext(ctx, insertOne, msg.Scope, msg.Key, msg.Fingerprint[:], now, now+msg.RetentionOrDefault().Microseconds())
 	if err != nil {
-		return 0, fmt.Errorf("idemsqlite: process: %w", classify(err))
+		return "", fmt.Errorf("idemsqlite: process: %w", classify(err))
 	}
 	fresh := rows.Next()
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return 0, fmt.Errorf("idemsqlite: process: %w", classify(err))
+		return "", fmt.Errorf("idemsqlite: process: %w", classify(err))
 	}
 	if fresh {
 		return idem.Processed, nil
 	}
 	rec, found, err := getRecord(ctx, tx, msg.Scope, msg.Key)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	if !found {
 		// The row was not inserted and yet is gone: cannot happen inside one
 		// write transaction; report it rather than guess.
-		return 0, fmt.Errorf("idemsqlite: process (scope %q, key %q): conflicting record vanished", msg.Scope, msg.Key)
+		return "", fmt.Errorf("idemsqlite: process (scope %q, key %q): conflicting record vanished", msg.Scope, msg.Key)
 	}
 	return classifyExisting(rec, msg)
 }
@@ -100,7 +100,7 @@ func classifyExisting(rec idem.Record, msg idem.Message) (idem.ProcessResult, er
 	case rec.State == idem.StateCompleted:
 		return idem.Duplicate, nil
 	}
-	return 0, fmt.Errorf("%w (scope %q, key %q): a lease holder is running it", idem.ErrInProgress, msg.Scope, msg.Key)
+	return "", fmt.Errorf("%w (scope %q, key %q): a lease holder is running it", idem.ErrInProgress, msg.Scope, msg.Key)
 }
 
 // Process runs fn for msg at most once: the dedupe record and fn's effect
@@ -111,7 +111,7 @@ func classifyExisting(rec idem.Record, msg idem.Message) (idem.ProcessResult, er
 // runs fn again.
 func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx *sql.Tx) error) (idem.ProcessResult, error) {
 	if err := msg.Validate(); err != nil {
-		return 0, err
+		return "", err
 	}
 	var res idem.ProcessResult
 	err := s.inTx(ctx, "process", func(tx *sql.Tx, _ int64) error {
@@ -124,7 +124,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 			return errRollback
 		}
 		if err := fn(ctx, tx); err != nil {
-			res = 0
+			res = ""
 			return fmt.Errorf("idemsqlite: process (scope %q, key %q): handler: %w", msg.Scope, msg.Key, err)
 		}
 		return nil
@@ -134,7 +134,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 	}
 	if err != nil && res == idem.Processed {
 		// The commit failed: nothing was recorded.
-		res = 0
+		res = ""
 	}
 	return res, err
 }

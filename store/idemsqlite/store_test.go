@@ -335,7 +335,7 @@ func TestProcessAgainstGuardLease(t *testing.T) {
 	ran := false
 	handler := func(context.Context, *sql.Tx) error { ran = true; return nil }
 	res, err := s.Process(ctx, msg, handler)
-	if !errors.Is(err, idem.ErrInProgress) || res != 0 || ran {
+	if !errors.Is(err, idem.ErrInProgress) || res != "" || ran {
 		t.Fatalf("Process on a live lease: %v, %v, ran=%v; want ErrInProgress", res, err, ran)
 	}
 	tx, err := s.DB().Begin()
