@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"unicode/utf8"
 )
@@ -48,4 +50,14 @@ func Validate(scope, key string) error {
 		return err
 	}
 	return ValidateScope(scope)
+}
+
+// ContentID returns the content-based id of a message body: the lowercase
+// hex SHA-256 of body, a valid key. Two publishes of the same bytes get the
+// same id, so a producer's blind retry is deduplicated; a change to any byte
+// makes a new message. Every broker adapter uses it for messages that
+// arrive without an id (when content keys are on) and for its publishers.
+func ContentID(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
 }

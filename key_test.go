@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -74,5 +75,47 @@ func TestRetryableAndFinal(t *testing.T) {
 	f := idem.Final(base)
 	if !idem.IsFinal(f) || !errors.Is(f, base) {
 		t.Fatalf("Final lost the error: %v", f)
+	}
+}
+
+func TestContentID(t *testing.T) {
+	a, b := idem.ContentID([]byte("order 1")), idem.ContentID([]byte("order 2"))
+	if a == b || a != idem.ContentID([]byte("order 1")) {
+		t.Fatalf("ContentID: %s %s", a, b)
+	}
+	if err := idem.ValidateKey(a); err != nil || len(a) != 64 {
+		t.Fatalf("ContentID %q is not a 64-digit key: %v", a, err)
+	}
+	if got := idem.ContentID([]byte("abc")); got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Fatalf("ContentID(abc) = %s, want the SHA-256 test vector", got)
+	}
+}
+
+// driverErr is an error type of a driver or an application that says for
+// itself whether it is retryable.
+type driverErr struct{ retry bool }
+
+func (e driverErr) Error() string   { return "driver error" }
+func (e driverErr) Retryable() bool { return e.retry }
+
+func TestIsRetryableAsksTheErrorItself(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a retryable driver error", driverErr{retry: true}, true},
+		{"a driver error that is not", driverErr{retry: false}, false},
+		{"wrapped", fmt.Errorf("claim: %w", driverErr{retry: true}), true},
+		{"a non-retryable wrapper over a retryable one", fmt.Errorf("%w: %w", driverErr{}, driverErr{retry: true}), true},
+		{"joined", errors.Join(errors.New("x"), idem.Retryable(errors.New("y"))), true},
+		{"joined, none retryable", errors.Join(errors.New("x"), driverErr{}), false},
+		{"nil", nil, false},
+	}
+	for _, c := range cases {
+		if got := idem.IsRetryable(c.err); got != c.want {
+			t.Errorf("%s: IsRetryable = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
