@@ -385,7 +385,7 @@ func TestFaultClientCutAfterRequest(t *testing.T) {
 		t.Fatalf("the handler's context ended when its client left: %v", err)
 	}
 	ev := log.await(t, "first")
-	if ev.Outcome != idemhttp.OutcomeExecuted || ev.Status != http.StatusCreated {
+	if ev.Outcome != idem.Processed || ev.Status != http.StatusCreated {
 		t.Fatalf("first request's event %+v, want executed 201", ev)
 	}
 	if !ev.ClientGone {
@@ -425,7 +425,7 @@ func TestFaultClientTimeout(t *testing.T) {
 	if err := recv(t, ctxErr, "the handler to finish"); err != nil {
 		t.Fatalf("the handler's context ended with its client's timeout: %v", err)
 	}
-	if ev := log.await(t, "first"); ev.Outcome != idemhttp.OutcomeExecuted || ev.Status != http.StatusAccepted {
+	if ev := log.await(t, "first"); ev.Outcome != idem.Processed || ev.Status != http.StatusAccepted {
 		t.Fatalf("event %+v", ev)
 	}
 	a := send(t, newClient(t), http.MethodPost, srv.URL+"/jobs", "k2", body1)
@@ -511,7 +511,7 @@ func TestFaultEventStreamClientLeaves(t *testing.T) {
 	if err := recv(t, failures, "the handler to finish"); err != nil {
 		t.Fatalf("the handler saw a failure after its client left: %v", err)
 	}
-	if ev := log.await(t, "first"); ev.Outcome != idemhttp.OutcomeExecuted || ev.Status != http.StatusCreated {
+	if ev := log.await(t, "first"); ev.Outcome != idem.Processed || ev.Status != http.StatusCreated {
 		t.Fatalf("event %+v", ev)
 	}
 	a := send(t, newClient(t), http.MethodPost, srv.URL+"/stream", "k3", body1)
@@ -568,7 +568,7 @@ func TestFaultClientLeavesBeforeHandler(t *testing.T) {
 		}
 		recv(t, blocked, "the claim to block")
 		ev := log.await(t, "gone")
-		if ev.Outcome != idemhttp.OutcomeCanceled || ev.Status != 499 {
+		if ev.Outcome != idem.Canceled || ev.Status != 499 {
 			t.Fatalf("event %+v, want canceled 499", ev)
 		}
 		if n := execs.Load(); n != 0 {
@@ -611,7 +611,7 @@ func TestFaultClientLeavesBeforeHandler(t *testing.T) {
 			t.Fatal("the cut client got an answer")
 		}
 		ev := log.await(t, "waiter")
-		if ev.Outcome != idemhttp.OutcomeCanceled || ev.Status != 499 {
+		if ev.Outcome != idem.Canceled || ev.Status != 499 {
 			t.Fatalf("waiter's event %+v, want canceled 499", ev)
 		}
 		close(release)
@@ -703,7 +703,7 @@ func TestFaultRecordFailure(t *testing.T) {
 			t.Fatalf("answer %v, want the handler's 201 with %s: false", a, idemhttp.RecordedHeader)
 		}
 		ev := log.await(t, "first")
-		if ev.Outcome != idemhttp.OutcomeNotRecorded || !errors.Is(ev.Err, idem.ErrNotRecorded) || !errors.Is(ev.Err, diskFull) {
+		if ev.Outcome != idem.NotRecorded || !errors.Is(ev.Err, idem.ErrNotRecorded) || !errors.Is(ev.Err, diskFull) {
 			t.Fatalf("event %+v", ev)
 		}
 		wantInFlight(t, send(t, newClient(t), http.MethodPost, srv.URL+"/pay", "k8", body1))
@@ -754,7 +754,7 @@ func TestFaultRecordFailure(t *testing.T) {
 		if a.status != http.StatusCreated || a.header.Get(idemhttp.RecordedHeader) != "" {
 			t.Fatalf("answer %v, want 201 without %s", a, idemhttp.RecordedHeader)
 		}
-		if ev := log.await(t, "first"); ev.Outcome != idemhttp.OutcomeExecuted || ev.Err != nil {
+		if ev := log.await(t, "first"); ev.Outcome != idem.Processed || ev.Err != nil {
 			t.Fatalf("event %+v", ev)
 		}
 		if n := attempts.Load(); n != 3 {
@@ -804,7 +804,7 @@ func TestFaultLeaseLost(t *testing.T) {
 		if a.status != http.StatusCreated || a.body != "done" || a.header.Get(idemhttp.RecordedHeader) != "false" {
 			t.Fatalf("answer %v, want 201 with %s: false", a, idemhttp.RecordedHeader)
 		}
-		if ev := log.await(t, "first"); ev.Outcome != idemhttp.OutcomeNotRecorded || !errors.Is(ev.Err, idem.ErrLeaseLost) {
+		if ev := log.await(t, "first"); ev.Outcome != idem.NotRecorded || !errors.Is(ev.Err, idem.ErrLeaseLost) {
 			t.Fatalf("event %+v", ev)
 		}
 	})
@@ -898,7 +898,7 @@ func TestFaultLeaseLost(t *testing.T) {
 		if a.status != http.StatusCreated || a.body != "run 1" || a.header.Get(idemhttp.RecordedHeader) != "false" {
 			t.Fatalf("first answer %v, want its own 201 marked %s: false", a, idemhttp.RecordedHeader)
 		}
-		if ev := log.await(t, "first"); ev.Outcome != idemhttp.OutcomeNotRecorded || !errors.Is(ev.Err, idem.ErrLeaseLost) {
+		if ev := log.await(t, "first"); ev.Outcome != idem.NotRecorded || !errors.Is(ev.Err, idem.ErrLeaseLost) {
 			t.Fatalf("first event %+v", ev)
 		}
 		// What is recorded is the takeover's answer.

@@ -172,46 +172,19 @@ func DefaultShouldStore(status int) bool {
 	return status < 500
 }
 
-// Outcome says what the middleware did with one request.
-type Outcome string
-
-// Outcomes reported in [Event].
-const (
-	OutcomeExecuted  Outcome = "executed"   // the handler ran; its response was stored
-	OutcomeReleased  Outcome = "released"   // the handler ran; the key was released
-	OutcomeReplayed  Outcome = "replayed"   // a stored response was replayed
-	OutcomeInFlight  Outcome = "in_flight"  // 409: the first request is still running
-	OutcomeMismatch  Outcome = "mismatch"   // 422: the key was used with another request
-	OutcomeDiscarded Outcome = "discarded"  // 410: completed, response too large to keep
-	OutcomeRejected  Outcome = "rejected"   // 4xx before the store was touched
-	OutcomeError     Outcome = "error"      // a store failure before the handler ran
-	OutcomePanic     Outcome = "panic"      // the handler panicked; the key was released
-	OutcomeTombstone Outcome = "tombstoned" // the handler ran; its response was too large to keep, or a protocol switch
-	OutcomeCanceled  Outcome = "canceled"   // the client went away before the handler ran
-	// OutcomeNotRecorded: the handler ran and its response was sent (with
-	// Idempotent-Recorded: false), but the record could not be written:
-	// the store failed or the lease was lost. The key stays claimed until
-	// its lease expires.
-	OutcomeNotRecorded Outcome = "not_recorded"
-	// OutcomeInDoubt: the proxy's upstream received the request and did
-	// not answer; the outcome-unknown answer was recorded (or, with
-	// InDoubtRelease, the key released).
-	OutcomeInDoubt Outcome = "in_doubt"
-)
-
 // Event describes one request the middleware handled.
 type Event struct {
 	// ScopeHash is a short SHA-256 of the scope, safe to log.
 	ScopeHash string
 	Key       string
-	Outcome   Outcome
+	Outcome   idem.Outcome
 	Status    int
-	Latency   time.Duration
+	Duration  time.Duration
 	// ClientGone is set when the client went away while its request was
 	// handled; the handler went on and its response was recorded.
 	ClientGone bool
-	// Err is the failure behind OutcomeError, OutcomeNotRecorded or
-	// OutcomeInDoubt, if any.
+	// Err is the failure behind idem.Errored, idem.NotRecorded or
+	// idem.InDoubt, if any.
 	Err error
 }
 
@@ -601,7 +574,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			}
 			// Deferred so that a propagating panic is reported too.
 			defer func() {
-				ev.Latency = time.Since(start)
+				ev.Duration = time.Since(start)
 				m.cfg.OnRequest(r, ev)
 			}()
 		}
@@ -609,7 +582,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			w.Header().Set(m.header, raw)
 		}
 		if p != nil {
-			ev.Outcome, ev.Status = OutcomeRejected, p.Status
+			ev.Outcome, ev.Status = idem.Rejected, p.Status
 			m.errorFunc(w, r, p)
 			return
 		}
@@ -676,7 +649,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return rec.encode(), nil
 	}
 	res, err := m.do(execCtx, r, call, fn, cw, ev)
-	if ev.Outcome == OutcomePanic {
+	if ev.Outcome == idem.Panicked {
 		return
 	}
 	defer func() {
@@ -694,9 +667,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if cw.hijacked {
 		// The connection belongs to the handler; nothing more may be
 		// written to it.
-		ev.Outcome, ev.Status = OutcomeTombstone, http.StatusSwitchingProtocols
+		ev.Outcome, ev.Status = idem.Tombstoned, http.StatusSwitchingProtocols
 		if err != nil {
-			ev.Outcome, ev.Err = OutcomeNotRecorded, err
+			ev.Outcome, ev.Err = idem.NotRecorded, err
 		}
 		return
 	}
@@ -714,25 +687,25 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			w.Header().Set(RecordedHeader, "false")
 		}
 		cw.commit()
-		ev.Outcome, ev.Status, ev.Err = OutcomeNotRecorded, cw.finalStatus(), err
+		ev.Outcome, ev.Status, ev.Err = idem.NotRecorded, cw.finalStatus(), err
 		m.cfg.Logger.Error("idemhttp: handler ran but its response could not be recorded; a retry after the lease expires runs it again",
 			"scope_hash", scopeHash(call.Scope), "key", call.Key, "status", cw.finalStatus(), "err", err)
 		return
 	case err == nil && !res.Replayed:
 		cw.commit()
-		ev.Outcome, ev.Status = OutcomeExecuted, cw.finalStatus()
+		ev.Outcome, ev.Status = idem.Processed, cw.finalStatus()
 		switch {
 		case cw.inDoubt:
-			ev.Outcome = OutcomeInDoubt
+			ev.Outcome = idem.InDoubt
 		case cw.over:
-			ev.Outcome = OutcomeTombstone
+			ev.Outcome = idem.Tombstoned
 		}
 		return
 	case errors.Is(err, errReleased):
 		cw.commit()
-		ev.Outcome, ev.Status = OutcomeReleased, cw.finalStatus()
+		ev.Outcome, ev.Status = idem.Released, cw.finalStatus()
 		if cw.inDoubt {
-			ev.Outcome = OutcomeInDoubt
+			ev.Outcome = idem.InDoubt
 		}
 		return
 	}
@@ -743,23 +716,23 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		p := newProblem(http.StatusConflict, TypeKeyInFlight, "Request with this Idempotency-Key is in flight",
 			errors.New("a request with this key is still being processed; retry later"))
 		p.Err, p.RetryAfter = idem.ErrInProgress, m.cfg.RetryAfter
-		m.reject(w, r, p, OutcomeInFlight, ev)
+		m.reject(w, r, p, idem.InProgress, ev)
 	case errors.Is(err, idem.ErrFingerprintMismatch):
 		p := newProblem(http.StatusUnprocessableEntity, TypeKeyReused, "Idempotency-Key reused with a different request",
 			errors.New("this key was already used with a different method, path, body or significant header"))
 		p.Err = idem.ErrFingerprintMismatch
-		m.reject(w, r, p, OutcomeMismatch, ev)
+		m.reject(w, r, p, idem.Mismatch, ev)
 	case errors.Is(err, idem.ErrResultDiscarded):
 		m.discarded(w, r, ev, false)
 	case r.Context().Err() != nil:
 		// The client left (typically while waiting for an in-flight first
 		// request); nothing ran and nobody is listening. 499 as in nginx.
-		ev.Outcome, ev.Status, ev.Err = OutcomeCanceled, 499, err
+		ev.Outcome, ev.Status, ev.Err = idem.Canceled, 499, err
 	default:
 		p := newProblem(http.StatusServiceUnavailable, TypeStoreUnavailable, "Idempotency store unavailable", err)
 		p.Detail, p.RetryAfter = "the request was not processed; retry later", m.cfg.RetryAfter
 		ev.Err = err
-		m.reject(w, r, p, OutcomeError, ev)
+		m.reject(w, r, p, idem.Errored, ev)
 	}
 }
 
@@ -771,7 +744,7 @@ func (m *Middleware) do(ctx context.Context, r *http.Request, call idem.Call, fn
 		if !panicking {
 			return
 		}
-		ev.Outcome, ev.Status = OutcomePanic, http.StatusInternalServerError
+		ev.Outcome, ev.Status = idem.Panicked, http.StatusInternalServerError
 		if !m.cfg.RecoverPanics {
 			return // the panic continues on its own
 		}
@@ -790,7 +763,7 @@ func (m *Middleware) do(ctx context.Context, r *http.Request, call idem.Call, fn
 	return res, err
 }
 
-func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, p *Problem, o Outcome, ev *Event) {
+func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, p *Problem, o idem.Outcome, ev *Event) {
 	ev.Outcome, ev.Status = o, p.Status
 	m.errorFunc(w, r, p)
 }
@@ -802,14 +775,14 @@ func (m *Middleware) discarded(w http.ResponseWriter, r *http.Request, ev *Event
 			errors.New("the request with this key switched protocols (101); it will not run again and there is nothing to replay"))
 		p.Err = idem.ErrResultDiscarded
 	}
-	m.reject(w, r, p, OutcomeDiscarded, ev)
+	m.reject(w, r, p, idem.Discarded, ev)
 }
 
 func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, value []byte, ev *Event) {
 	sr, err := decodeResponse(value)
 	if err != nil {
 		m.reject(w, r, newProblem(http.StatusInternalServerError, TypeStoredResponseInvalid, "Stored response invalid", err),
-			OutcomeError, ev)
+			idem.Errored, ev)
 		return
 	}
 	if sr.discarded {
@@ -824,7 +797,7 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, value []byte
 	h.Set("Content-Length", strconv.Itoa(len(sr.body)))
 	w.WriteHeader(sr.status)
 	_, _ = w.Write(sr.body)
-	ev.Outcome, ev.Status = OutcomeReplayed, sr.status
+	ev.Outcome, ev.Status = idem.Duplicate, sr.status
 }
 
 // onDoEnd adapts Config.OnDo to an idem.DoEndHook (transitional).

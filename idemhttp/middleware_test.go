@@ -382,7 +382,7 @@ func TestPanicReleases(t *testing.T) {
 	if w := do(h, http.MethodPost, "k", body1); w.Code != http.StatusCreated || calls != 2 {
 		t.Fatalf("retry after panic: %d, calls %d", w.Code, calls)
 	}
-	if len(events) != 2 || events[0].Outcome != idemhttp.OutcomePanic || events[1].Outcome != idemhttp.OutcomeExecuted {
+	if len(events) != 2 || events[0].Outcome != idem.Panicked || events[1].Outcome != idem.Processed {
 		t.Fatalf("events %+v", events)
 	}
 
@@ -585,7 +585,7 @@ func TestCustomErrorHandlerAndEvents(t *testing.T) {
 		t.Fatalf("body %q", w.Body)
 	}
 	do(h, http.MethodPost, "", body1) // pass-through: no event
-	want := []idemhttp.Outcome{idemhttp.OutcomeExecuted, idemhttp.OutcomeReplayed, idemhttp.OutcomeMismatch}
+	want := []idem.Outcome{idem.Processed, idem.Duplicate, idem.Mismatch}
 	if len(got) != len(want) {
 		t.Fatalf("events %+v", got)
 	}
@@ -651,7 +651,7 @@ func TestWaitCanceled(t *testing.T) {
 		t.Fatal(w.Code)
 	}
 	e, _ := events.Load("second")
-	if ev, _ := e.(idemhttp.Event); ev.Outcome != idemhttp.OutcomeCanceled || ev.Status != 499 {
+	if ev, _ := e.(idemhttp.Event); ev.Outcome != idem.Canceled || ev.Status != 499 {
 		t.Fatalf("event %+v", e)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest/faultnet"
 )
@@ -118,7 +119,7 @@ func TestProxyFaultClientLeaves(t *testing.T) {
 			if err := recv(t, ctxErr, "the upstream to answer"); err != nil {
 				t.Fatalf("the upstream's request was cancelled when the proxy's client left: %v", err)
 			}
-			if ev := log.await(t, "first"); ev.Outcome != idemhttp.OutcomeExecuted || ev.Status != http.StatusCreated || !ev.ClientGone {
+			if ev := log.await(t, "first"); ev.Outcome != idem.Processed || ev.Status != http.StatusCreated || !ev.ClientGone {
 				t.Fatalf("event %+v, want executed 201 with ClientGone", ev)
 			}
 			a := send(t, newClient(t), http.MethodPost, proxy.URL+"/orders", "p1", body1)
@@ -160,7 +161,7 @@ func TestProxyFaultEventStreamClientLeaves(t *testing.T) {
 	if err := recv(t, failures, "the upstream to finish"); err != nil {
 		t.Fatalf("upstream: %v", err)
 	}
-	if ev := log.await(t, "first"); ev.Outcome != idemhttp.OutcomeExecuted || ev.Status != http.StatusCreated {
+	if ev := log.await(t, "first"); ev.Outcome != idem.Processed || ev.Status != http.StatusCreated {
 		t.Fatalf("event %+v", ev)
 	}
 	wantReplay(t, send(t, newClient(t), http.MethodPost, proxy.URL+"/events", "p3", body1), answer{status: http.StatusCreated, body: allEvents(6)})
@@ -513,7 +514,7 @@ func TestProxyFaultUpstream(t *testing.T) {
 				t.Fatalf("the client's stream ended cleanly after %q; want it broken off", rest)
 			}
 			ev := log.await(t, "first")
-			if ev.Outcome != idemhttp.OutcomeInDoubt {
+			if ev.Outcome != idem.InDoubt {
 				t.Fatalf("event %+v, want in_doubt", ev)
 			}
 			relay.Set(faultnet.Fault{})
@@ -589,7 +590,7 @@ func TestProxyFaultUpgrade(t *testing.T) {
 		// While the tunnel is open the key is in flight.
 		wantInFlight(t, send(t, newClient(t), http.MethodPost, target+"/tunnel", "u1", body1, reqID("during")))
 		tunnel.Close()
-		if ev := log.await(t, "first"); ev.Outcome != idemhttp.OutcomeTombstone || ev.Status != http.StatusSwitchingProtocols {
+		if ev := log.await(t, "first"); ev.Outcome != idem.Tombstoned || ev.Status != http.StatusSwitchingProtocols {
 			t.Fatalf("event %+v", ev)
 		}
 		for range 2 {

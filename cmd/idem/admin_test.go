@@ -365,15 +365,15 @@ func TestAdminMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := httptest.NewRequest(http.MethodPost, "/orders", nil)
-	m.HTTPHook()(req, idemhttp.Event{Outcome: idemhttp.OutcomeReplayed, Status: http.StatusCreated, Latency: 3 * time.Millisecond})
+	m.HTTPHook()(req, idemhttp.Event{Outcome: idem.Duplicate, Status: http.StatusCreated, Duration: 3 * time.Millisecond})
 	a := startTestAdmin(t, adminConfig{Registry: reg})
 	code, body, h := adminGet(t, a, http.MethodGet, "/metrics")
 	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
 		t.Fatalf("/metrics = %d (%s)", code, h.Get("Content-Type"))
 	}
 	for _, w := range []string{
-		`idem_http_requests_total{outcome="replayed",status_class="2xx"} 1`,
-		`idem_http_request_duration_seconds_count{outcome="replayed"} 1`,
+		`idem_http_requests_total{outcome="duplicate",status_class="2xx"} 1`,
+		`idem_http_request_duration_seconds_count{outcome="duplicate"} 1`,
 		"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_cpu_seconds_total ", "process_open_fds ",
 	} {
 		if !strings.Contains(body, w) {

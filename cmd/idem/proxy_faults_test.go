@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/idemhttp"
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemtest/faultnet"
 )
 
@@ -315,7 +315,7 @@ func (p *proxyProc) outcomes() map[string]int {
 func (p *proxyProc) checkHealthyLog(t *testing.T) {
 	t.Helper()
 	for o, n := range p.outcomes() {
-		if o == string(idemhttp.OutcomeNotRecorded) || o == string(idemhttp.OutcomeError) ||
+		if o == string(idem.NotRecorded) || o == string(idem.Errored) ||
 			strings.Contains(o, "heartbeat") || strings.Contains(o, "lease may expire") || strings.Contains(o, "could not be recorded") {
 			t.Errorf("proxy log: %d × %q", n, o)
 		}

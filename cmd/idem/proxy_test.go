@@ -290,7 +290,7 @@ func TestProxyInProcess(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, logs)
 	}
-	for _, want := range []string{`"outcome":"executed"`, `"outcome":"replayed"`, `"outcome":"in_flight"`, `"outcome":"mismatch"`,
+	for _, want := range []string{`"outcome":"processed"`, `"outcome":"duplicate"`, `"outcome":"in_progress"`, `"outcome":"mismatch"`,
 		`"outcome":"rejected"`, `"key":"order-1"`, `"scope_hash":`, `"latency_ms":`, `"msg":"proxy stopped"`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %s", want)

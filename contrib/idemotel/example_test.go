@@ -94,10 +94,10 @@ func Example() {
 	}
 	fmt.Println(counts(reader, "idem.http.requests", "idem.outcome"))
 	// Output:
-	// idem.http executed 201 /payments status: Unset has parent: true
-	// idem.http replayed 201 /payments status: Unset has parent: true
+	// idem.http processed 201 /payments status: Unset has parent: true
+	// idem.http duplicate 201 /payments status: Unset has parent: true
 	// idem.http mismatch 422 /payments status: Unset has parent: true
-	// map[executed:1 mismatch:1 replayed:1]
+	// map[duplicate:1 mismatch:1 processed:1]
 }
 
 // A dead letter is an error span and a dead_letters point by reason; the

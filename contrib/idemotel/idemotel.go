@@ -371,7 +371,7 @@ func (t *Telemetry) onInbox(ev inbox.Event) {
 // and a client that went away are not errors of the service.
 func httpFailed(ev idemhttp.Event) bool {
 	switch ev.Outcome {
-	case idemhttp.OutcomeError, idemhttp.OutcomePanic, idemhttp.OutcomeNotRecorded, idemhttp.OutcomeInDoubt:
+	case idem.Errored, idem.Panicked, idem.NotRecorded, idem.InDoubt:
 		return true
 	}
 	return ev.Status >= 500 && ev.Status <= 599
@@ -445,7 +445,7 @@ func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
 	if ev.Status != 0 {
 		desc += ": " + strconv.Itoa(ev.Status)
 	}
-	sctx := t.span(ctx, spanHTTP, trace.SpanKindInternal, end, ev.Latency, attrs,
+	sctx := t.span(ctx, spanHTTP, trace.SpanKindInternal, end, ev.Duration, attrs,
 		httpFailed(ev), ev.Err, desc, ev.Status)
 
 	requests := []attribute.KeyValue{attrOutcome.String(outcome), attrStatusClass.String(hooklabel.StatusClass(ev.Status))}
@@ -463,7 +463,7 @@ func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
 		duration = append(duration, m)
 	}
 	t.httpRequests.Add(sctx, 1, metric.WithAttributes(requests...))
-	t.httpDuration.Record(sctx, ev.Latency.Seconds(), metric.WithAttributes(duration...))
+	t.httpDuration.Record(sctx, ev.Duration.Seconds(), metric.WithAttributes(duration...))
 }
 
 // guardFailed reports whether a Do call's span is an error: fn failed or

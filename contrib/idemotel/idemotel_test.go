@@ -549,7 +549,7 @@ func TestErrorMessagesAreOptIn(t *testing.T) {
 			r := newRig(t, &Options{RecordErrorMessages: record})
 			r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeRetried, Err: err})
 			r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: "t"}, Outcome: inbox.Dead, Err: err})
-			r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idemhttp.OutcomeError, Status: 503, Err: err})
+			r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idem.Errored, Status: 503, Err: err})
 			for _, s := range r.spans.Ended() {
 				ex := exception(s)
 				if str(s, "error.type") != "card_declined" || ex["exception.type"] != "card_declined" {
@@ -766,10 +766,10 @@ func TestHTTPHookWithRealMiddleware(t *testing.T) {
 	}
 	got := r.points(t)
 	want := map[string]float64{
-		req("executed", "2xx"): 1, req("replayed", "2xx"): 1, req("mismatch", "4xx"): 1,
+		req("processed", "2xx"): 1, req("duplicate", "2xx"): 1, req("mismatch", "4xx"): 1,
 		req("rejected", "4xx"): 1, req("released", "5xx"): 1,
-		"idem.http.request.duration{idem.outcome=executed}": 1,
-		"idem.http.request.duration{idem.outcome=replayed}": 1,
+		"idem.http.request.duration{idem.outcome=processed}": 1,
+		"idem.http.request.duration{idem.outcome=duplicate}": 1,
 	}
 	hooktest.WantCounts(t, got, want)
 	for k := range got {
@@ -789,7 +789,7 @@ func TestHTTPHookWithRealMiddleware(t *testing.T) {
 		code    codes.Code
 	}
 	wants := []want1{
-		{"executed", 201, codes.Unset}, {"replayed", 201, codes.Unset}, {"mismatch", 422, codes.Unset},
+		{"processed", 201, codes.Unset}, {"duplicate", 201, codes.Unset}, {"mismatch", 422, codes.Unset},
 		{"rejected", 400, codes.Unset}, {"released", 503, codes.Error},
 	}
 	for i, s := range spans {
@@ -829,7 +829,7 @@ func TestHTTPSpanLastsTheReportedLatency(t *testing.T) {
 	ctx, parent := r.tp.Tracer("server").Start(context.Background(), "POST")
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", nil)
 	before := time.Now()
-	r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200, Latency: 1500 * time.Millisecond})
+	r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idem.Processed, Status: 200, Duration: 1500 * time.Millisecond})
 	after := time.Now()
 	parent.End()
 	s := r.ended("idem.http")[0]
@@ -848,17 +848,17 @@ func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
 	h, _ := serveIdem(t, r)
 	hooktest.DriveHTTP(t, h)
 	// A middleware outside any mux sees no pattern.
-	r.tel.HTTPHook()(httptest.NewRequest(http.MethodPut, "/raw-secret", nil), idemhttp.Event{Key: "k", Outcome: idemhttp.OutcomeExecuted, Status: 200})
-	r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200})
+	r.tel.HTTPHook()(httptest.NewRequest(http.MethodPut, "/raw-secret", nil), idemhttp.Event{Key: "k", Outcome: idem.Processed, Status: 200})
+	r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idem.Processed, Status: 200})
 	odd := httptest.NewRequest("BREW", "/", nil)
 	odd.Pattern = "example.com/pots/{pot}"
-	r.tel.HTTPHook()(odd, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200})
+	r.tel.HTTPHook()(odd, idemhttp.Event{Outcome: idem.Processed, Status: 200})
 	const route = "http.route=/accounts/{account}/payments"
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
-		"idem.http.requests{http.request.method=POST," + route + ",idem.http.status_class=2xx,idem.outcome=executed}":            1,
-		"idem.http.requests{http.request.method=PUT,idem.http.status_class=2xx,idem.outcome=executed}":                           1,
-		"idem.http.requests{http.request.method=_OTHER,idem.http.status_class=2xx,idem.outcome=executed}":                        1,
-		"idem.http.requests{http.request.method=_OTHER,http.route=/pots/{pot},idem.http.status_class=2xx,idem.outcome=executed}": 1,
+		"idem.http.requests{http.request.method=POST," + route + ",idem.http.status_class=2xx,idem.outcome=processed}":            1,
+		"idem.http.requests{http.request.method=PUT,idem.http.status_class=2xx,idem.outcome=processed}":                           1,
+		"idem.http.requests{http.request.method=_OTHER,idem.http.status_class=2xx,idem.outcome=processed}":                        1,
+		"idem.http.requests{http.request.method=_OTHER,http.route=/pots/{pot},idem.http.status_class=2xx,idem.outcome=processed}": 1,
 		"idem.http.request.duration{http.request.method=POST," + route + ",idem.outcome=mismatch}":                               1,
 	})
 	r.noLeaks(t, "secret")
@@ -870,11 +870,11 @@ func TestHTTPRoutesAreBounded(t *testing.T) {
 	for _, p := range []string{"POST /a", "POST /b", "POST /a"} {
 		req := httptest.NewRequest(http.MethodPost, "/", nil)
 		req.Pattern = p
-		r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 201})
+		r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idem.Processed, Status: 201})
 	}
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
-		"idem.http.requests{http.request.method=POST,http.route=/a,idem.http.status_class=2xx,idem.outcome=executed}":    2,
-		"idem.http.requests{http.request.method=POST,http.route=other,idem.http.status_class=2xx,idem.outcome=executed}": 1,
+		"idem.http.requests{http.request.method=POST,http.route=/a,idem.http.status_class=2xx,idem.outcome=processed}":    2,
+		"idem.http.requests{http.request.method=POST,http.route=other,idem.http.status_class=2xx,idem.outcome=processed}": 1,
 	})
 	if got := str(r.ended("idem.http")[1], "http.route"); got != "/b" {
 		t.Errorf("span route %q", got)
@@ -886,39 +886,39 @@ func TestHTTPUnknownValuesAreOther(t *testing.T) {
 	r := newRig(t, nil)
 	hook := r.tel.HTTPHook()
 	hook(nil, idemhttp.Event{Outcome: "brand_new", Status: 200})
-	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomePanic, Status: 0})
-	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomeError, Status: 600})
-	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomeInFlight, Status: 100})
+	hook(nil, idemhttp.Event{Outcome: idem.Panicked, Status: 0})
+	hook(nil, idemhttp.Event{Outcome: idem.Errored, Status: 600})
+	hook(nil, idemhttp.Event{Outcome: idem.InProgress, Status: 100})
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.http.requests{idem.http.status_class=2xx,idem.outcome=other}":     1,
-		"idem.http.requests{idem.http.status_class=other,idem.outcome=panic}":   1,
+		"idem.http.requests{idem.http.status_class=other,idem.outcome=panicked}":   1,
 		"idem.http.requests{idem.http.status_class=other,idem.outcome=error}":   1,
-		"idem.http.requests{idem.http.status_class=1xx,idem.outcome=in_flight}": 1,
+		"idem.http.requests{idem.http.status_class=1xx,idem.outcome=in_progress}": 1,
 	})
 }
 
 func TestHTTPStatusMapping(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		outcome idemhttp.Outcome
+		outcome idem.Outcome
 		status  int
 		err     error
 		want    codes.Code
 	}{
-		{idemhttp.OutcomeExecuted, 201, nil, codes.Unset},
-		{idemhttp.OutcomeExecuted, 500, nil, codes.Error}, // a ShouldStore that keeps 5xx
-		{idemhttp.OutcomeReleased, 503, nil, codes.Error},
-		{idemhttp.OutcomeReleased, 429, nil, codes.Unset},
-		{idemhttp.OutcomeReplayed, 201, nil, codes.Unset},
-		{idemhttp.OutcomeInFlight, 409, nil, codes.Unset},
-		{idemhttp.OutcomeMismatch, 422, nil, codes.Unset},
-		{idemhttp.OutcomeDiscarded, 410, nil, codes.Unset},
-		{idemhttp.OutcomeRejected, 400, nil, codes.Unset},
-		{idemhttp.OutcomeError, 201, idem.ErrLeaseLost, codes.Error}, // ran, but not recorded
-		{idemhttp.OutcomeError, 503, errors.New("store down"), codes.Error},
-		{idemhttp.OutcomePanic, 500, nil, codes.Error},
-		{idemhttp.OutcomeTombstone, 201, nil, codes.Unset},
-		{idemhttp.OutcomeCanceled, 499, context.Canceled, codes.Unset},
+		{idem.Processed, 201, nil, codes.Unset},
+		{idem.Processed, 500, nil, codes.Error}, // a ShouldStore that keeps 5xx
+		{idem.Released, 503, nil, codes.Error},
+		{idem.Released, 429, nil, codes.Unset},
+		{idem.Duplicate, 201, nil, codes.Unset},
+		{idem.InProgress, 409, nil, codes.Unset},
+		{idem.Mismatch, 422, nil, codes.Unset},
+		{idem.Discarded, 410, nil, codes.Unset},
+		{idem.Rejected, 400, nil, codes.Unset},
+		{idem.Errored, 201, idem.ErrLeaseLost, codes.Error}, // ran, but not recorded
+		{idem.Errored, 503, errors.New("store down"), codes.Error},
+		{idem.Panicked, 500, nil, codes.Error},
+		{idem.Tombstoned, 201, nil, codes.Unset},
+		{idem.Canceled, 499, context.Canceled, codes.Unset},
 	} {
 		t.Run(fmt.Sprintf("%s %d", c.outcome, c.status), func(t *testing.T) {
 			t.Parallel()
@@ -979,10 +979,10 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 		return "idem.guard.calls{idem.guard=" + guard + ",idem.outcome=" + outcome + "}"
 	}
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
-		calls("gateway", "executed"): 2, calls("gateway", "replayed"): 2, calls("gateway", "mismatch"): 1,
-		calls("gateway", "failed"): 1, calls("gateway", "rejected"): 1, calls("gateway", "panic"): 1,
-		calls("gateway", "other"): 1, calls("other", "executed"): 1,
-		"idem.guard.call.duration{idem.guard=gateway,idem.outcome=replayed}": 2,
+		calls("gateway", "processed"): 2, calls("gateway", "duplicate"): 2, calls("gateway", "mismatch"): 1,
+		calls("gateway", "released"): 1, calls("gateway", "rejected"): 1, calls("gateway", "panicked"): 1,
+		calls("gateway", "other"): 1, calls("other", "processed"): 1,
+		"idem.guard.call.duration{idem.guard=gateway,idem.outcome=duplicate}": 2,
 	})
 	r.noLeaks(t, "secret-scope", "secret-key")
 

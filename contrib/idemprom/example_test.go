@@ -51,9 +51,9 @@ func Example() {
 	err = testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP idem_http_requests_total Requests handled by the idemhttp middleware, by outcome and status class.
 # TYPE idem_http_requests_total counter
-idem_http_requests_total{outcome="executed",status_class="2xx"} 1
+idem_http_requests_total{outcome="duplicate",status_class="2xx"} 1
 idem_http_requests_total{outcome="mismatch",status_class="4xx"} 1
-idem_http_requests_total{outcome="replayed",status_class="2xx"} 1
+idem_http_requests_total{outcome="processed",status_class="2xx"} 1
 `), "idem_http_requests_total")
 	fmt.Println("compare:", err)
 	// Output:

@@ -248,7 +248,7 @@ func (m *Metrics) onHTTP(r *http.Request, ev idemhttp.Event) {
 	class := hooklabel.StatusClass(ev.Status)
 	if !m.route {
 		m.httpRequests.WithLabelValues(outcome, class).Inc()
-		m.httpSeconds.WithLabelValues(outcome).Observe(ev.Latency.Seconds())
+		m.httpSeconds.WithLabelValues(outcome).Observe(ev.Duration.Seconds())
 		return
 	}
 	route := "none"
@@ -256,7 +256,7 @@ func (m *Metrics) onHTTP(r *http.Request, ev idemhttp.Event) {
 		route, _ = m.routes.Label(r.Pattern)
 	}
 	m.httpRequests.WithLabelValues(outcome, class, route).Inc()
-	m.httpSeconds.WithLabelValues(outcome, route).Observe(ev.Latency.Seconds())
+	m.httpSeconds.WithLabelValues(outcome, route).Observe(ev.Duration.Seconds())
 }
 
 // GuardHook returns a function for idem.GuardConfig.OnDo that reports the

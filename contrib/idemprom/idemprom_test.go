@@ -313,24 +313,24 @@ func TestHTTPHookWithRealMiddleware(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, nil)
 	hooktest.DriveHTTP(t, hooktest.ServeIdem(t, m.HTTPHook()))
-	if got := testutil.ToFloat64(m.httpRequests.WithLabelValues("executed", "2xx")); got != 1 {
+	if got := testutil.ToFloat64(m.httpRequests.WithLabelValues("processed", "2xx")); got != 1 {
 		t.Fatalf("executed = %v", got)
 	}
 	const want = `
 # HELP idem_http_requests_total Requests handled by the idemhttp middleware, by outcome and status class.
 # TYPE idem_http_requests_total counter
-idem_http_requests_total{outcome="executed",status_class="2xx"} 1
+idem_http_requests_total{outcome="processed",status_class="2xx"} 1
 idem_http_requests_total{outcome="mismatch",status_class="4xx"} 1
 idem_http_requests_total{outcome="rejected",status_class="4xx"} 1
 idem_http_requests_total{outcome="released",status_class="5xx"} 1
-idem_http_requests_total{outcome="replayed",status_class="2xx"} 1
+idem_http_requests_total{outcome="duplicate",status_class="2xx"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idem_http_requests_total"); err != nil {
 		t.Fatal(err)
 	}
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
-		"idem_http_request_duration_seconds{outcome=executed}": 1,
-		"idem_http_request_duration_seconds{outcome=replayed}": 1,
+		"idem_http_request_duration_seconds{outcome=processed}": 1,
+		"idem_http_request_duration_seconds{outcome=duplicate}": 1,
 	})
 	noLeaks(t, reg, "secret", "/accounts/")
 }
@@ -340,12 +340,12 @@ func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
 	m, reg := newMetrics(t, &Options{HTTPRoute: true})
 	hooktest.DriveHTTP(t, hooktest.ServeIdem(t, m.HTTPHook()))
 	// A middleware outside any mux sees no pattern.
-	m.HTTPHook()(httptest.NewRequest(http.MethodPost, "/raw-secret", nil), idemhttp.Event{Key: "k", Outcome: idemhttp.OutcomeExecuted, Status: 200})
-	m.HTTPHook()(nil, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 200})
+	m.HTTPHook()(httptest.NewRequest(http.MethodPost, "/raw-secret", nil), idemhttp.Event{Key: "k", Outcome: idem.Processed, Status: 200})
+	m.HTTPHook()(nil, idemhttp.Event{Outcome: idem.Processed, Status: 200})
 	const route = "POST /accounts/{account}/payments"
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
-		"idem_http_requests_total{outcome=executed,route=" + route + ",status_class=2xx}": 1,
-		"idem_http_requests_total{outcome=executed,route=none,status_class=2xx}":          2,
+		"idem_http_requests_total{outcome=processed,route=" + route + ",status_class=2xx}": 1,
+		"idem_http_requests_total{outcome=processed,route=none,status_class=2xx}":          2,
 		"idem_http_request_duration_seconds{outcome=mismatch,route=" + route + "}":        1,
 	})
 	noLeaks(t, reg, "secret")
@@ -356,14 +356,14 @@ func TestHTTPUnknownValuesAreOther(t *testing.T) {
 	m, reg := newMetrics(t, nil)
 	hook := m.HTTPHook()
 	hook(nil, idemhttp.Event{Outcome: "brand_new", Status: 200})
-	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomePanic, Status: 0})
-	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomeError, Status: 600})
-	hook(nil, idemhttp.Event{Outcome: idemhttp.OutcomeInFlight, Status: 100})
+	hook(nil, idemhttp.Event{Outcome: idem.Panicked, Status: 0})
+	hook(nil, idemhttp.Event{Outcome: idem.Errored, Status: 600})
+	hook(nil, idemhttp.Event{Outcome: idem.InProgress, Status: 100})
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
 		"idem_http_requests_total{outcome=other,status_class=2xx}":     1,
-		"idem_http_requests_total{outcome=panic,status_class=other}":   1,
+		"idem_http_requests_total{outcome=panicked,status_class=other}":   1,
 		"idem_http_requests_total{outcome=error,status_class=other}":   1,
-		"idem_http_requests_total{outcome=in_flight,status_class=1xx}": 1,
+		"idem_http_requests_total{outcome=in_progress,status_class=1xx}": 1,
 	})
 }
 
@@ -414,13 +414,13 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 	m.GuardHook("gateway")(ctx, idem.DoEvent{Outcome: idem.DoExecuted, Heartbeats: 3, SlowestHeartbeat: 2 * time.Second})
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
 		"idem_guard_heartbeat_max_seconds{guard=gateway}":         1,
-		"idem_guard_calls_total{guard=gateway,outcome=executed}":  2,
-		"idem_guard_calls_total{guard=gateway,outcome=replayed}":  2,
+		"idem_guard_calls_total{guard=gateway,outcome=processed}":  2,
+		"idem_guard_calls_total{guard=gateway,outcome=duplicate}":  2,
 		"idem_guard_calls_total{guard=gateway,outcome=mismatch}":  1,
-		"idem_guard_calls_total{guard=gateway,outcome=failed}":    1,
+		"idem_guard_calls_total{guard=gateway,outcome=released}":    1,
 		"idem_guard_calls_total{guard=gateway,outcome=other}":     1,
-		"idem_guard_calls_total{guard=other,outcome=executed}":    1,
-		"idem_guard_call_seconds{guard=gateway,outcome=replayed}": 2,
+		"idem_guard_calls_total{guard=other,outcome=processed}":    1,
+		"idem_guard_call_seconds{guard=gateway,outcome=duplicate}": 2,
 	})
 	noLeaks(t, reg, "secret-scope", "secret-key")
 }

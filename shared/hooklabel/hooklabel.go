@@ -16,7 +16,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
-	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
 )
 
@@ -68,13 +67,10 @@ func InboxOutcome(o inbox.Outcome) string {
 }
 
 // HTTPOutcome returns the label value of an idemhttp request's outcome.
-func HTTPOutcome(o idemhttp.Outcome) string {
+func HTTPOutcome(o idem.Outcome) string {
 	switch o {
-	case idemhttp.OutcomeExecuted, idemhttp.OutcomeReleased, idemhttp.OutcomeReplayed,
-		idemhttp.OutcomeInFlight, idemhttp.OutcomeMismatch, idemhttp.OutcomeDiscarded,
-		idemhttp.OutcomeRejected, idemhttp.OutcomeError, idemhttp.OutcomePanic,
-		idemhttp.OutcomeTombstone, idemhttp.OutcomeCanceled, idemhttp.OutcomeNotRecorded,
-		idemhttp.OutcomeInDoubt:
+	case idem.Processed, idem.Released, idem.Duplicate, idem.InProgress, idem.Mismatch, idem.Discarded,
+		idem.Rejected, idem.Errored, idem.Panicked, idem.Tombstoned, idem.Canceled, idem.NotRecorded, idem.InDoubt:
 		return string(o)
 	}
 	return Other

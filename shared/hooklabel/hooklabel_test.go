@@ -9,7 +9,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
-	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
 )
 
@@ -109,37 +108,37 @@ func TestInboxOutcomesAreComplete(t *testing.T) {
 
 func TestHTTPOutcome(t *testing.T) {
 	t.Parallel()
-	wantLabels(t, "HTTPOutcome", HTTPOutcome, map[idemhttp.Outcome]string{
-		idemhttp.OutcomeExecuted:    "executed",
-		idemhttp.OutcomeReleased:    "released",
-		idemhttp.OutcomeReplayed:    "replayed",
-		idemhttp.OutcomeInFlight:    "in_flight",
-		idemhttp.OutcomeMismatch:    "mismatch",
-		idemhttp.OutcomeDiscarded:   "discarded",
-		idemhttp.OutcomeRejected:    "rejected",
-		idemhttp.OutcomeError:       "error",
-		idemhttp.OutcomePanic:       "panic",
-		idemhttp.OutcomeTombstone:   "tombstoned",
-		idemhttp.OutcomeCanceled:    "canceled",
-		idemhttp.OutcomeNotRecorded: "not_recorded",
-		idemhttp.OutcomeInDoubt:     "in_doubt",
-		"":                          Other,
-		"brand_new":                 Other,
-		"Executed":                  Other,
-		"\xff":                      Other,
+	wantLabels(t, "HTTPOutcome", HTTPOutcome, map[idem.Outcome]string{
+		idem.Processed:   "processed",
+		idem.Released:    "released",
+		idem.Duplicate:   "duplicate",
+		idem.InProgress:  "in_progress",
+		idem.Mismatch:    "mismatch",
+		idem.Discarded:   "discarded",
+		idem.Rejected:    "rejected",
+		idem.Errored:     "error",
+		idem.Panicked:    "panicked",
+		idem.Tombstoned:  "tombstoned",
+		idem.Canceled:    "canceled",
+		idem.NotRecorded: "not_recorded",
+		idem.InDoubt:     "in_doubt",
+		"":               Other,
+		"brand_new":      Other,
+		"Executed":       Other,
+		"\xff":           Other,
 	})
 }
 
 func TestGuardOutcome(t *testing.T) {
 	t.Parallel()
 	wantLabels(t, "GuardOutcome", GuardOutcome, map[idem.DoOutcome]string{
-		idem.DoExecuted:   "executed",
-		idem.DoReplayed:   "replayed",
-		idem.DoFailed:     "failed",
+		idem.DoExecuted:   "processed",
+		idem.DoReplayed:   "duplicate",
+		idem.DoFailed:     "released",
 		idem.DoInProgress: "in_progress",
 		idem.DoMismatch:   "mismatch",
 		idem.DoLeaseLost:  "lease_lost",
-		idem.DoPanic:      "panic",
+		idem.DoPanic:      "panicked",
 		idem.DoRejected:   "rejected",
 		idem.DoError:      "error",
 		"":                Other,

@@ -447,7 +447,7 @@ func ReportConcurrently(goroutines, each int, h Hooks) {
 					h.Inbox(inbox.Event{Message: inbox.Message{Type: name}, Outcome: inbox.Processed, Duration: time.Millisecond})
 				}
 				if h.HTTP != nil {
-					h.HTTP(req, idemhttp.Event{Outcome: idemhttp.OutcomeExecuted, Status: 201, Latency: time.Millisecond})
+					h.HTTP(req, idemhttp.Event{Outcome: idem.Processed, Status: 201, Duration: time.Millisecond})
 				}
 			}
 		})

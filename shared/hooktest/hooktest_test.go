@@ -64,7 +64,7 @@ func TestDriveConsume(t *testing.T) {
 func TestDriveHTTP(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	var outcomes []idemhttp.Outcome
+	var outcomes []idem.Outcome
 	var patterns []string
 	h := ServeIdem(t, func(r *http.Request, ev idemhttp.Event) {
 		mu.Lock()
@@ -73,9 +73,9 @@ func TestDriveHTTP(t *testing.T) {
 		patterns = append(patterns, r.Pattern)
 	})
 	DriveHTTP(t, h)
-	want := []idemhttp.Outcome{
-		idemhttp.OutcomeExecuted, idemhttp.OutcomeReplayed, idemhttp.OutcomeMismatch,
-		idemhttp.OutcomeRejected, idemhttp.OutcomeReleased,
+	want := []idem.Outcome{
+		idem.Processed, idem.Duplicate, idem.Mismatch,
+		idem.Rejected, idem.Released,
 	}
 	if !slices.Equal(outcomes, want) {
 		t.Fatalf("outcomes %v, want %v", outcomes, want)
