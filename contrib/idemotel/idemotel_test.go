@@ -859,7 +859,7 @@ func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
 		"idem.http.requests{http.request.method=PUT,idem.http.status_class=2xx,idem.outcome=processed}":                           1,
 		"idem.http.requests{http.request.method=_OTHER,idem.http.status_class=2xx,idem.outcome=processed}":                        1,
 		"idem.http.requests{http.request.method=_OTHER,http.route=/pots/{pot},idem.http.status_class=2xx,idem.outcome=processed}": 1,
-		"idem.http.request.duration{http.request.method=POST," + route + ",idem.outcome=mismatch}":                               1,
+		"idem.http.request.duration{http.request.method=POST," + route + ",idem.outcome=mismatch}":                                1,
 	})
 	r.noLeaks(t, "secret")
 }
@@ -890,9 +890,9 @@ func TestHTTPUnknownValuesAreOther(t *testing.T) {
 	hook(nil, idemhttp.Event{Outcome: idem.Errored, Status: 600})
 	hook(nil, idemhttp.Event{Outcome: idem.InProgress, Status: 100})
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
-		"idem.http.requests{idem.http.status_class=2xx,idem.outcome=other}":     1,
-		"idem.http.requests{idem.http.status_class=other,idem.outcome=panicked}":   1,
-		"idem.http.requests{idem.http.status_class=other,idem.outcome=error}":   1,
+		"idem.http.requests{idem.http.status_class=2xx,idem.outcome=other}":       1,
+		"idem.http.requests{idem.http.status_class=other,idem.outcome=panicked}":  1,
+		"idem.http.requests{idem.http.status_class=other,idem.outcome=error}":     1,
 		"idem.http.requests{idem.http.status_class=1xx,idem.outcome=in_progress}": 1,
 	})
 }
