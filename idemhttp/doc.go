@@ -117,9 +117,24 @@
 // Every store gives lease holders a path of their own: idemsqlite puts
 // their writes first in its write queue and commits those that queue
 // together, idempgx keeps pool connections for them, idemredis sends each
-// heartbeat from its caller at once. Config.OnDo reports each execution's
-// slowest heartbeat (contrib/idemprom exports it): alert when it nears a
-// third of the lease.
+// heartbeat from its caller at once. A hook implementing idem.DoEndHook
+// sees each execution's slowest heartbeat (contrib/idemprom exports it):
+// alert when it nears a third of the lease.
+//
+// # Hooks
+//
+// Config.Hooks takes the values that observe the middleware, as every idem
+// component's Config does: a [RequestStartHook] is called as the handling
+// of a covered request starts and returns the context the request is
+// handled with (so a span it starts is the parent of the handler's spans,
+// or of the proxy's upstream call), a [RequestEndHook] once at the end
+// with the [Event]'s outcome, status and duration. The same hooks go to
+// the Guard underneath, so one implementing idem.DoStartHook or
+// idem.DoEndHook sees each execution attempt, and the handler's context
+// carries what its start hook added. contrib/idemprom's Metrics and
+// contrib/idemotel's Telemetry implement all of them:
+//
+//	mw, err := idemhttp.New(store, &idemhttp.Config{Hooks: []idem.Hook{metrics, tel}})
 //
 // # Proxy
 //

@@ -206,9 +206,10 @@ func (l *eventLog) chLocked(id string) chan struct{} {
 	return ch
 }
 
-// hook is a Config.OnRequest. Requests without an X-Req are not kept.
-func (l *eventLog) hook(r *http.Request, e idemhttp.Event) {
-	id := r.Header.Get("X-Req")
+// OnRequestEnd makes the log an idemhttp.RequestEndHook. Requests without
+// an X-Req are not kept.
+func (l *eventLog) OnRequestEnd(_ context.Context, e idemhttp.Event) {
+	id := e.Request.Header.Get("X-Req")
 	if id == "" {
 		return
 	}
@@ -361,7 +362,7 @@ func TestFaultClientCutAfterRequest(t *testing.T) {
 	release := make(chan struct{})
 	ctxErr := make(chan error, 1)
 	log := newEventLog()
-	mw, _ := newMiddleware(t, &idemhttp.Config{OnRequest: log.hook})
+	mw, _ := newMiddleware(t, &idemhttp.Config{Hooks: []idem.Hook{log}})
 	gone := make(chan struct{})
 	srv := startServer(t, watchClient(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := execs.Add(1)
@@ -407,7 +408,7 @@ func TestFaultClientTimeout(t *testing.T) {
 	var execs atomic.Int64
 	ctxErr := make(chan error, 1)
 	log := newEventLog()
-	mw, _ := newMiddleware(t, &idemhttp.Config{OnRequest: log.hook})
+	mw, _ := newMiddleware(t, &idemhttp.Config{Hooks: []idem.Hook{log}})
 	gone := make(chan struct{})
 	srv := startServer(t, watchClient(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := execs.Add(1)
@@ -492,7 +493,7 @@ func TestFaultEventStreamClientLeaves(t *testing.T) {
 	var execs atomic.Int64
 	failures := make(chan error, 20)
 	log := newEventLog()
-	mw, _ := newMiddleware(t, &idemhttp.Config{OnRequest: log.hook})
+	mw, _ := newMiddleware(t, &idemhttp.Config{Hooks: []idem.Hook{log}})
 	gone := make(chan struct{})
 	srv := startServer(t, watchClient(mw.Handler(eventStream(t, &execs, gone, failures)), "first", gone))
 
@@ -555,7 +556,7 @@ func TestFaultClientLeavesBeforeHandler(t *testing.T) {
 		st := blockingClaims(&armed, blocked)
 		armed.Store(true)
 		log := newEventLog()
-		mw := newHookMiddleware(t, st, &idemhttp.Config{OnRequest: log.hook})
+		mw := newHookMiddleware(t, st, &idemhttp.Config{Hooks: []idem.Hook{log}})
 		srv := startServer(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			execs.Add(1)
 			w.WriteHeader(http.StatusCreated)
@@ -590,7 +591,7 @@ func TestFaultClientLeavesBeforeHandler(t *testing.T) {
 		started := make(chan struct{}, 1)
 		release := make(chan struct{})
 		log := newEventLog()
-		mw, _ := newMiddleware(t, &idemhttp.Config{Wait: patience, OnRequest: log.hook})
+		mw, _ := newMiddleware(t, &idemhttp.Config{Wait: patience, Hooks: []idem.Hook{log}})
 		srv := startServer(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := execs.Add(1)
 			started <- struct{}{}
@@ -683,7 +684,7 @@ func TestFaultRecordFailure(t *testing.T) {
 		st := &hookStore{MemoryStore: idemtest.NewMemoryStore(nil)}
 		st.complete = complete(st)
 		log := newEventLog()
-		mw := newHookMiddleware(t, st, &idemhttp.Config{OnRequest: log.hook})
+		mw := newHookMiddleware(t, st, &idemhttp.Config{Hooks: []idem.Hook{log}})
 		srv := startServer(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := execs.Add(1)
 			w.Header().Set("Content-Type", "application/json")
@@ -778,7 +779,7 @@ func TestFaultLeaseLost(t *testing.T) {
 		release := make(chan struct{})
 		ctxErr := make(chan error, 1)
 		log := newEventLog()
-		mw := newHookMiddleware(t, st, &idemhttp.Config{OnRequest: log.hook})
+		mw := newHookMiddleware(t, st, &idemhttp.Config{Hooks: []idem.Hook{log}})
 		srv := startServer(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			started <- struct{}{}
 			hold(t, release)
@@ -810,7 +811,7 @@ func TestFaultLeaseLost(t *testing.T) {
 	})
 	// The lease expires (a manual clock) and another request takes over
 	// while the first handler still runs.
-	takeover := func(t *testing.T, cancelOnDisconnect bool) {
+	takeover := func(t *testing.T, cancelOnDisconnect, guardHook bool) {
 		clock := idemtest.NewClock(time.Unix(1_700_000_000, 0))
 		st := &hookStore{MemoryStore: idemtest.NewMemoryStore(&idemtest.MemoryOptions{Now: clock.Now})}
 		var (
@@ -837,9 +838,18 @@ func TestFaultLeaseLost(t *testing.T) {
 		release := make(chan struct{})
 		ctxErr := make(chan error, 1)
 		log := newEventLog()
-		mw := newHookMiddleware(t, st, &idemhttp.Config{Lease: 300 * time.Millisecond, OnRequest: log.hook,
+		hooks := []idem.Hook{log}
+		if guardHook {
+			// A Guard start hook's context reaches the handler; the lease's
+			// cancellation must not come with it.
+			hooks = append(hooks, &recordingHook{name: "guard"})
+		}
+		mw := newHookMiddleware(t, st, &idemhttp.Config{Lease: 300 * time.Millisecond, Hooks: hooks,
 			CancelOnDisconnect: cancelOnDisconnect})
 		srv := startServer(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if guardHook && r.Context().Value(hookKey{"guard", "do"}) == nil {
+				t.Error("the handler's context lacks what the Guard's start hook added")
+			}
 			n := execs.Add(1)
 			started <- n
 			if n == 1 {
@@ -904,8 +914,10 @@ func TestFaultLeaseLost(t *testing.T) {
 		// What is recorded is the takeover's answer.
 		wantReplay(t, send(t, newClient(t), http.MethodPost, srv.URL+"/pay", "k11", body1), second)
 	}
-	t.Run("takeover", func(t *testing.T) { t.Parallel(); takeover(t, false) })
-	t.Run("takeover with CancelOnDisconnect", func(t *testing.T) { t.Parallel(); takeover(t, true) })
+	t.Run("takeover", func(t *testing.T) { t.Parallel(); takeover(t, false, false) })
+	t.Run("takeover with CancelOnDisconnect", func(t *testing.T) { t.Parallel(); takeover(t, true, false) })
+	t.Run("takeover with a Guard start hook", func(t *testing.T) { t.Parallel(); takeover(t, false, true) })
+	t.Run("takeover with CancelOnDisconnect and a Guard start hook", func(t *testing.T) { t.Parallel(); takeover(t, true, true) })
 }
 
 // 9. Methods match whatever their case and are scoped and fingerprinted as

@@ -59,6 +59,11 @@ func newMiddleware(t testing.TB, cfg *idemhttp.Config) (*idemhttp.Middleware, *c
 	return mw, st
 }
 
+// endHook adapts a function to idemhttp.RequestEndHook.
+type endHook func(ctx context.Context, e idemhttp.Event)
+
+func (f endHook) OnRequestEnd(ctx context.Context, e idemhttp.Event) { f(ctx, e) }
+
 // payments is a payment API that is not idempotent by itself: every call
 // charges again and returns a new charge ID.
 type payments struct {

@@ -151,12 +151,18 @@ type Config struct {
 	// ErrorHandler, if set, writes every error response instead (then
 	// ErrorFormat is ignored).
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, p *Problem)
-	// OnRequest, if set, is called once per request the middleware handles
-	// (not for pass-throughs), for logging and metrics.
-	OnRequest func(r *http.Request, e Event)
-	// OnDo, if set, is the underlying Guard's idem.GuardConfig.OnDo: one
-	// event per execution attempt, with the heartbeat counts and latency.
-	OnDo func(ctx context.Context, ev idem.DoEvent)
+	// Hooks observe the requests the middleware handles (never a
+	// pass-through), for logging, metrics and tracing: those implementing
+	// [RequestStartHook] are called as the handling of a request starts,
+	// and the context they return is the request's from then on (the
+	// handler, or the proxy's upstream call, runs with it); those
+	// implementing [RequestEndHook] are called once at its end, also when
+	// the handler panics. The same hooks are the underlying idem.Guard's:
+	// one implementing idem.DoStartHook or idem.DoEndHook sees every
+	// execution attempt, with its heartbeat counts, and the handler's
+	// context carries what its start hook added. contrib/idemprom and
+	// contrib/idemotel implement all of them.
+	Hooks []idem.Hook
 	// Logger receives failures that cannot be reported to the client
 	// because the response was already sent. Default slog.Default().
 	Logger *slog.Logger
@@ -172,14 +178,30 @@ func DefaultShouldStore(status int) bool {
 	return status < 500
 }
 
-// Event describes one request the middleware handled.
+// Event describes one request the middleware handled, to its hooks.
 type Event struct {
-	// ScopeHash is a short SHA-256 of the scope, safe to log.
+	// Request is the request being handled. Hooks must not read its body.
+	// In a [RequestEndHook] its context is the one the start hooks
+	// returned; a [RequestStartHook] builds on its ctx argument instead,
+	// which holds what the hooks before it added.
+	Request *http.Request
+	// ScopeHash is [ScopeHash] of the request's scope, safe to log; empty
+	// when the request was rejected before its scope was known.
 	ScopeHash string
-	Key       string
-	Outcome   idem.Outcome
-	Status    int
-	Duration  time.Duration
+	// Key is the idempotency key; empty when the request was rejected
+	// before its key was known.
+	Key string
+	// Outcome is Processed, Released, Duplicate, InProgress, Mismatch,
+	// Discarded, Rejected, Errored, Panicked, Tombstoned, Canceled,
+	// NotRecorded or InDoubt (see the idem constants); it is empty in the
+	// start hook.
+	Outcome idem.Outcome
+	// Status is the response's status code (499 when the client went away
+	// before anything ran); zero in the start hook.
+	Status int
+	// Duration is how long the middleware took over the request, from its
+	// arrival to the end of the response.
+	Duration time.Duration
 	// ClientGone is set when the client went away while its request was
 	// handled; the handler went on and its response was recorded.
 	ClientGone bool
@@ -193,6 +215,9 @@ type Event struct {
 type Middleware struct {
 	guard     *idem.Guard
 	cfg       Config
+	starts    []RequestStartHook
+	ends      []RequestEndHook
+	doStarts  bool // a hook is an idem.DoStartHook
 	header    string
 	methods   map[string]bool
 	allowed   map[string]bool
@@ -265,8 +290,12 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	if m.errorFunc == nil {
 		m.errorFunc = writeError
 	}
+	c.Hooks = slices.Clone(c.Hooks)
+	m.starts = idem.HooksOf[RequestStartHook](c.Hooks)
+	m.ends = idem.HooksOf[RequestEndHook](c.Hooks)
+	m.doStarts = len(idem.HooksOf[idem.DoStartHook](c.Hooks)) > 0
 	m.guard = idem.NewGuard(store, &idem.GuardConfig{
-		Lease: c.Lease, Retention: c.Retention, Wait: c.Wait, Logger: c.Logger, Hooks: onDoHooks(c.OnDo),
+		Lease: c.Lease, Retention: c.Retention, Wait: c.Wait, Logger: c.Logger, Hooks: c.Hooks,
 	})
 	return m, nil
 }
@@ -333,39 +362,56 @@ func (m *Middleware) Guard() *idem.Guard { return m.guard }
 // a *Problem describing why r must be rejected. Callers that build their
 // own responses pass the Call to Guard().Do.
 func (m *Middleware) Check(r *http.Request) (idem.Call, error) {
-	call, _, p := m.check(nil, r)
+	c, p := m.check(nil, r)
 	if p != nil {
-		return call, p
+		return c.call, p
 	}
-	return call, nil
+	return c.call, nil
+}
+
+// checked is what the middleware knows of a covered request once its
+// key and scope are determined.
+type checked struct {
+	call          idem.Call
+	raw           string // the key header's value as sent
+	method, route string
 }
 
 // check is Check with the response writer, so that an oversized body also
-// closes the connection. raw is the key header's value as sent, once the
-// key is known to be valid.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request) (call idem.Call, raw string, p *Problem) {
-	method := strings.ToUpper(r.Method)
-	if !m.methods[method] {
-		return call, "", notCovered
+// closes the connection.
+func (m *Middleware) check(w http.ResponseWriter, r *http.Request) (checked, *Problem) {
+	c, p := m.checkHead(r)
+	if p == nil {
+		p = m.checkBody(w, r, &c)
+	}
+	return c, p
+}
+
+// checkHead determines from the request's head whether it is covered, and
+// its key and scope. c.raw is set once the key is known to be valid.
+func (m *Middleware) checkHead(r *http.Request) (c checked, p *Problem) {
+	c.method = strings.ToUpper(r.Method)
+	if !m.methods[c.method] {
+		return c, notCovered
 	}
 	values := r.Header.Values(m.header)
 	switch {
 	case len(values) == 0 && !m.cfg.RequireKey:
-		return call, "", notCovered
+		return c, notCovered
 	case len(values) == 0:
-		return call, "", newProblem(http.StatusBadRequest, TypeKeyMissing, "Idempotency-Key required",
+		return c, newProblem(http.StatusBadRequest, TypeKeyMissing, "Idempotency-Key required",
 			fmt.Errorf("this endpoint requires an %s header", m.header))
 	case len(values) > 1:
-		return call, "", newProblem(http.StatusBadRequest, TypeKeyInvalid, "Invalid Idempotency-Key",
+		return c, newProblem(http.StatusBadRequest, TypeKeyInvalid, "Invalid Idempotency-Key",
 			fmt.Errorf("%w: %d %s headers; send exactly one", idem.ErrInvalidKey, len(values), m.header))
 	}
 	key, err := parseKey(values[0])
 	if err != nil {
-		return call, "", newProblem(http.StatusBadRequest, TypeKeyInvalid, "Invalid Idempotency-Key", err)
+		return c, newProblem(http.StatusBadRequest, TypeKeyInvalid, "Invalid Idempotency-Key", err)
 	}
-	call.Key, raw = key, values[0]
+	c.call.Key, c.raw = key, values[0]
 
-	route := m.cfg.Route(r)
+	c.route = m.cfg.Route(r)
 	principal := ""
 	switch {
 	case m.cfg.Principal != nil:
@@ -377,27 +423,32 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) (call idem.Ca
 		err = errors.New("the server has no Principal function configured and shared scope is off")
 	}
 	if err != nil {
-		return call, raw, newProblem(http.StatusBadRequest, TypeScopeMissing, "Idempotency key cannot be scoped",
+		return c, newProblem(http.StatusBadRequest, TypeScopeMissing, "Idempotency key cannot be scoped",
 			fmt.Errorf("%w: %w", idem.ErrInvalidScope, err))
 	}
-	call.Scope = scopeOf(principal, method, route)
+	c.call.Scope = scopeOf(principal, c.method, c.route)
+	return c, nil
+}
 
+// checkBody reads the body of a request checkHead accepted and sets the
+// call's fingerprint.
+func (m *Middleware) checkBody(w http.ResponseWriter, r *http.Request, c *checked) *Problem {
 	body, p := m.readBody(w, r)
 	if p != nil {
-		return call, raw, p
+		return p
 	}
 	kind, content, p := m.content(r, body)
 	if p != nil {
-		return call, raw, p
+		return p
 	}
 	parts := make([][]byte, 0, 6+2*len(m.cfg.SignificantHeaders))
-	parts = append(parts, []byte("idemhttp-v1"), []byte(method), []byte(route), []byte(r.URL.RequestURI()),
+	parts = append(parts, []byte("idemhttp-v1"), []byte(c.method), []byte(c.route), []byte(r.URL.RequestURI()),
 		[]byte(kind), content)
 	for _, h := range m.cfg.SignificantHeaders {
 		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\n")))
 	}
-	call.Fingerprint = idem.FingerprintParts(parts...)
-	return call, raw, nil
+	c.call.Fingerprint = idem.FingerprintParts(parts...)
+	return nil
 }
 
 // content returns what the fingerprint hashes of body: its kind and its
@@ -562,35 +613,52 @@ func readAll(r io.Reader, hint int64) ([]byte, error) {
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		call, raw, p := m.check(w, r)
+		c, p := m.checkHead(r)
 		if p == notCovered {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ev := Event{Key: call.Key}
-		if m.cfg.OnRequest != nil {
-			if call.Scope != "" {
-				ev.ScopeHash = scopeHash(call.Scope)
+		ev := Event{Request: r, Key: c.call.Key}
+		if len(m.starts) > 0 || len(m.ends) > 0 {
+			if c.call.Scope != "" {
+				ev.ScopeHash = ScopeHash(c.call.Scope)
+			}
+			ctx := r.Context()
+			for _, h := range m.starts {
+				ctx = h.OnRequestStart(ctx, ev)
+			}
+			if ctx != r.Context() {
+				r = r.WithContext(ctx)
+				ev.Request = r
 			}
 			// Deferred so that a propagating panic is reported too.
 			defer func() {
 				ev.Duration = time.Since(start)
-				m.cfg.OnRequest(r, ev)
+				for _, h := range m.ends {
+					h.OnRequestEnd(ctx, ev)
+				}
 			}()
 		}
-		if raw != "" {
-			w.Header().Set(m.header, raw)
+		if c.raw != "" {
+			w.Header().Set(m.header, c.raw)
+		}
+		if p == nil {
+			p = m.checkBody(w, r, &c)
 		}
 		if p != nil {
 			ev.Outcome, ev.Status = idem.Rejected, p.Status
 			m.errorFunc(w, r, p)
 			return
 		}
-		m.serve(w, r, next, call, raw, &ev)
+		m.serve(w, r, next, c.call, c.raw, &ev)
 	})
 }
 
-func scopeHash(scope string) string {
+// ScopeHash is a short hash of an idempotency scope (16 hex digits of its
+// SHA-256), safe to log where the scope, which holds the principal, is
+// not. idemhttp's events and logs carry it, and contrib/idemotel puts it
+// on Guard spans, so that the two can be matched.
+func ScopeHash(scope string) string {
 	h := sha256.Sum256([]byte(scope))
 	return hex.EncodeToString(h[:8])
 }
@@ -632,8 +700,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// a lost lease does not abort an execution that may already have
 		// had its effect; only its record is refused.
 		hctx := execCtx
-		if m.cfg.CancelOnDisconnect {
+		switch {
+		case m.cfg.CancelOnDisconnect:
 			hctx = ctx
+		case m.doStarts:
+			// What the Guard's start hooks added to ctx (a span) is the
+			// handler's too, so that the handler's spans are its children;
+			// the lease's cancellation is not.
+			var cancel context.CancelCauseFunc
+			hctx, cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+			defer cancel(nil)
+			defer context.AfterFunc(execCtx, func() { cancel(context.Cause(execCtx)) })()
 		}
 		if m.cfg.HandlerTimeout > 0 {
 			var cancel context.CancelFunc
@@ -689,7 +766,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		cw.commit()
 		ev.Outcome, ev.Status, ev.Err = idem.NotRecorded, cw.finalStatus(), err
 		m.cfg.Logger.Error("idemhttp: handler ran but its response could not be recorded; a retry after the lease expires runs it again",
-			"scope_hash", scopeHash(call.Scope), "key", call.Key, "status", cw.finalStatus(), "err", err)
+			"scope_hash", ScopeHash(call.Scope), "key", call.Key, "status", cw.finalStatus(), "err", err)
 		return
 	case err == nil && !res.Replayed:
 		cw.commit()
@@ -752,7 +829,7 @@ func (m *Middleware) do(ctx context.Context, r *http.Request, call idem.Call, fn
 		if v == http.ErrAbortHandler {
 			panic(v)
 		}
-		m.cfg.Logger.Error("idemhttp: handler panicked; key released", "scope_hash", scopeHash(call.Scope), "key", call.Key, "panic", v)
+		m.cfg.Logger.Error("idemhttp: handler panicked; key released", "scope_hash", ScopeHash(call.Scope), "key", call.Key, "panic", v)
 		if !cw.streaming && !cw.hijacked {
 			m.errorFunc(cw.rw, r, newProblem(http.StatusInternalServerError, TypeHandlerPanic, "Internal error",
 				errors.New("the request failed and was not recorded; it may be retried")))
@@ -798,16 +875,4 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, value []byte
 	w.WriteHeader(sr.status)
 	_, _ = w.Write(sr.body)
 	ev.Outcome, ev.Status = idem.Duplicate, sr.status
-}
-
-// onDoEnd adapts Config.OnDo to an idem.DoEndHook (transitional).
-type onDoEnd func(ctx context.Context, ev idem.DoEvent)
-
-func (f onDoEnd) OnDoEnd(ctx context.Context, ev idem.DoEvent) { f(ctx, ev) }
-
-func onDoHooks(f func(ctx context.Context, ev idem.DoEvent)) []idem.Hook {
-	if f == nil {
-		return nil
-	}
-	return []idem.Hook{onDoEnd(f)}
 }

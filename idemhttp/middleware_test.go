@@ -369,7 +369,7 @@ func TestPanicReleases(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	var events []idemhttp.Event
-	mw, _ := newMiddleware(t, &idemhttp.Config{OnRequest: func(_ *http.Request, e idemhttp.Event) { events = append(events, e) }})
+	mw, _ := newMiddleware(t, &idemhttp.Config{Hooks: []idem.Hook{endHook(func(_ context.Context, e idemhttp.Event) { events = append(events, e) })}})
 	h := mw.Handler(boom)
 	func() {
 		defer func() {
@@ -575,7 +575,7 @@ func TestCustomErrorHandlerAndEvents(t *testing.T) {
 			w.WriteHeader(p.Status)
 			io.WriteString(w, "custom:"+p.Type)
 		},
-		OnRequest: func(_ *http.Request, e idemhttp.Event) { got = append(got, e) },
+		Hooks: []idem.Hook{endHook(func(_ context.Context, e idemhttp.Event) { got = append(got, e) })},
 	})
 	h := mw.Handler(&payments{})
 	do(h, http.MethodPost, "k", body1)
@@ -628,9 +628,9 @@ func TestWaitCanceled(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	var events sync.Map
-	mw, _ := newMiddleware(t, &idemhttp.Config{Wait: 10 * time.Second, OnRequest: func(r *http.Request, e idemhttp.Event) {
-		events.Store(r.Header.Get("X-Req"), e)
-	}})
+	mw, _ := newMiddleware(t, &idemhttp.Config{Wait: 10 * time.Second, Hooks: []idem.Hook{endHook(func(_ context.Context, e idemhttp.Event) {
+		events.Store(e.Request.Header.Get("X-Req"), e)
+	})}})
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		w.WriteHeader(http.StatusCreated)

@@ -99,7 +99,7 @@ func TestProxyFaultClientLeaves(t *testing.T) {
 			}))
 			log := newEventLog()
 			gone := make(chan struct{})
-			proxy, _ := startProxy(t, up.URL, &idemhttp.Config{OnRequest: log.hook}, nil,
+			proxy, _ := startProxy(t, up.URL, &idemhttp.Config{Hooks: []idem.Hook{log}}, nil,
 				func(h http.Handler) http.Handler { return watchClient(h, "first", gone) })
 			first := newRequest(t, http.MethodPost, proxy.URL+"/orders", "p1", body1, reqID("first"))
 			if how == "cut" {
@@ -143,7 +143,7 @@ func TestProxyFaultEventStreamClientLeaves(t *testing.T) {
 	gone := make(chan struct{})
 	up := startServer(t, eventStream(t, &execs, gone, failures))
 	log := newEventLog()
-	proxy, _ := startProxy(t, up.URL, &idemhttp.Config{OnRequest: log.hook}, nil,
+	proxy, _ := startProxy(t, up.URL, &idemhttp.Config{Hooks: []idem.Hook{log}}, nil,
 		func(h http.Handler) http.Handler { return watchClient(h, "first", gone) })
 
 	resp, err := newClient(t).Do(newRequest(t, http.MethodPost, proxy.URL+"/events", "p3", body1, reqID("first")))
@@ -496,7 +496,7 @@ func TestProxyFaultUpstream(t *testing.T) {
 			}))
 			relay := startRelay(t, up.Listener.Addr().String())
 			log := newEventLog()
-			proxy, _ := startProxy(t, relay.URL(), &idemhttp.Config{OnRequest: log.hook}, &idemhttp.ProxyConfig{InDoubt: inDoubt}, nil)
+			proxy, _ := startProxy(t, relay.URL(), &idemhttp.Config{Hooks: []idem.Hook{log}}, &idemhttp.ProxyConfig{InDoubt: inDoubt}, nil)
 			c := newClient(t)
 			resp, err := c.Do(newRequest(t, http.MethodPost, proxy.URL+"/events", "e1", body1, reqID("first")))
 			if err != nil {
@@ -609,14 +609,14 @@ func TestProxyFaultUpgrade(t *testing.T) {
 		var execs atomic.Int64
 		up := startServer(t, echoUpgrade(t, &execs))
 		log := newEventLog()
-		proxy, _ := startProxy(t, up.URL, &idemhttp.Config{OnRequest: log.hook}, nil, nil)
+		proxy, _ := startProxy(t, up.URL, &idemhttp.Config{Hooks: []idem.Hook{log}}, nil, nil)
 		run(t, proxy.URL, &execs, log)
 	})
 	t.Run("handler", func(t *testing.T) {
 		t.Parallel()
 		var execs atomic.Int64
 		log := newEventLog()
-		mw, _ := newMiddleware(t, &idemhttp.Config{OnRequest: log.hook})
+		mw, _ := newMiddleware(t, &idemhttp.Config{Hooks: []idem.Hook{log}})
 		srv := startServer(t, mw.Handler(echoUpgrade(t, &execs)))
 		run(t, srv.URL, &execs, log)
 	})

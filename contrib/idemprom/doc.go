@@ -2,14 +2,20 @@
 //
 // It lives in its own module so that the idem core stays free of the
 // Prometheus dependency. Create one [Metrics] per registry with [New], then
-// plug its hooks into the components you run:
+// pass it in the Hooks of every component you run: it implements the end
+// hook of each (idem.DoEndHook, consume.DeliveryEndHook, inbox.RunEndHook,
+// idemhttp.RequestEndHook).
 //
 //	m, err := idemprom.New(prometheus.DefaultRegisterer, nil)
 //	…
-//	engine, err := consume.New(process, &consume.Config{Name: "payments", Hooks: m.ConsumeHooks()})
-//	worker, err := inbox.NewWorker(backend, &inbox.Config{OnEvent: m.InboxHook()})
-//	mw, err := idemhttp.New(store, &idemhttp.Config{OnRequest: m.HTTPHook()})
-//	guard := idem.NewGuard(store, &idem.GuardConfig{OnDo: m.GuardHook("payments-gateway")})
+//	engine, err := consume.New(process, &consume.Config{Name: "payments", Hooks: []idem.Hook{m}})
+//	worker, err := inbox.NewWorker(backend, &inbox.Config{Hooks: []idem.Hook{m}})
+//	mw, err := idemhttp.New(store, &idemhttp.Config{Hooks: []idem.Hook{m.For("api")}})
+//	guard := idem.NewGuard(store, &idem.GuardConfig{Hooks: []idem.Hook{m.For("payments-gateway")}})
+//
+// [Metrics.For] names the Guard calls (the guard label); the middleware
+// passes its hooks to its Guard, so its executions count as guard="api"
+// there. Consumers are labelled by their own Config.Name.
 //
 // A second New on the same registry with the same namespace fails with an
 // error wrapping prometheus.AlreadyRegisteredError, and registers nothing.
@@ -34,14 +40,16 @@
 // execution that sent one: alert when it approaches a third of the lease,
 // the point where the lease can expire while the operation still runs.
 //
-// The consumer outcomes are processed, duplicate, retried, dead_lettered,
-// requeued and abandoned; dead-letter reasons are consume's Reason
-// constants; inbox outcomes are processed, retried, dead, lease_lost and
-// released; HTTP outcomes are idemhttp's Outcome values and status classes
-// are 1xx to 5xx; Guard outcomes are idem's DoOutcome values (executed,
-// replayed, failed, in_progress, mismatch, lease_lost, panic, rejected,
-// error). Anything else is reported as "other", so a new outcome in
-// idem never creates unexpected series.
+// Outcomes are idem.Outcome values, one vocabulary for every component:
+// a consumer reports processed, duplicate, retried, dead_lettered,
+// requeued or abandoned; the inbox processed, retried, dead_lettered,
+// lease_lost or released; the HTTP middleware processed, duplicate,
+// released, in_progress, mismatch, discarded, rejected, error, panicked,
+// tombstoned, canceled, not_recorded or in_doubt, with status classes 1xx
+// to 5xx; a Guard processed, duplicate, released, in_progress, mismatch,
+// lease_lost, not_recorded, panicked, rejected or error. Dead-letter
+// reasons are idem.DeadReason values. Anything else is reported as
+// "other", so a new outcome in idem never creates unexpected series.
 //
 // # Cardinality and privacy
 //

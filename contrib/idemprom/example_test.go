@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/contrib/idemprom"
 	"github.com/idem-go/idem/idemhttp"
@@ -30,7 +31,7 @@ func Example() {
 	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
 		Principal:       idemhttp.PrincipalFromHeader("X-User"),
 		AllowNonDurable: true,
-		OnRequest:       m.HTTPHook(),
+		Hooks:           []idem.Hook{m},
 	})
 	if err != nil {
 		panic(err)
@@ -61,10 +62,10 @@ idem_http_requests_total{outcome="processed",status_class="2xx"} 1
 	// compare: <nil>
 }
 
-// Wire the consumer hooks into a consume.Engine; dead letters are counted
-// by reason, and the delivery series exist at zero from the start so that
-// an increase() alert sees the first one.
-func ExampleMetrics_ConsumeHooks() {
+// Pass the same Metrics to every component's Hooks; dead letters are
+// counted by reason, and the delivery series exist at zero from the start
+// so that an increase() alert sees the first one.
+func ExampleMetrics_consumer() {
 	reg := prometheus.NewRegistry()
 	m, err := idemprom.New(reg, &idemprom.Options{
 		ConstLabels: prometheus.Labels{"service": "billing"},
@@ -73,11 +74,11 @@ func ExampleMetrics_ConsumeHooks() {
 	if err != nil {
 		panic(err)
 	}
-	// In production: consume.New(process, &consume.Config{Name: "payments", Hooks: m.ConsumeHooks()}).
+	// In production: consume.New(process, &consume.Config{Name: "payments", Hooks: []idem.Hook{m}}).
 	// Here the engine's reports are made by hand.
-	hooks := m.ConsumeHooks()
-	hooks.OnDelivery(context.Background(), consume.Event{Consumer: "payments", Outcome: consume.OutcomeProcessed})
-	hooks.OnDelivery(context.Background(), consume.Event{Consumer: "payments", Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonPermanent})
+	ctx := context.Background()
+	m.OnDeliveryEnd(ctx, consume.Event{Consumer: "payments", Outcome: consume.OutcomeProcessed})
+	m.OnDeliveryEnd(ctx, consume.Event{Consumer: "payments", Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonPermanent})
 
 	err = testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP idem_consumer_dead_letters_total Deliveries moved to the dead letters, by reason. Normally zero.
@@ -85,6 +86,33 @@ func ExampleMetrics_ConsumeHooks() {
 idem_consumer_dead_letters_total{consumer="payments",reason="max_attempts",service="billing"} 0
 idem_consumer_dead_letters_total{consumer="payments",reason="permanent",service="billing"} 1
 `), "idem_consumer_dead_letters_total")
+	fmt.Println(err)
+	// Output:
+	// <nil>
+}
+
+// Name each Guard, so that its calls and heartbeats have a series of
+// their own.
+func ExampleMetrics_For() {
+	reg := prometheus.NewRegistry()
+	m, err := idemprom.New(reg, nil)
+	if err != nil {
+		panic(err)
+	}
+	guard := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{Hooks: []idem.Hook{m.For("payments-gateway")}})
+	charge := func(context.Context, idem.Run) ([]byte, error) { return []byte("ch_1"), nil }
+	call := idem.Call{Scope: "alice", Key: "pay-1", Fingerprint: idem.FingerprintBytes([]byte("100"))}
+	for range 2 {
+		if _, err := guard.Do(context.Background(), call, charge); err != nil {
+			panic(err)
+		}
+	}
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP idem_guard_calls_total Calls of idem.Guard.Do, by guard name and outcome.
+# TYPE idem_guard_calls_total counter
+idem_guard_calls_total{guard="payments-gateway",outcome="duplicate"} 1
+idem_guard_calls_total{guard="payments-gateway",outcome="processed"} 1
+`), "idem_guard_calls_total")
 	fmt.Println(err)
 	// Output:
 	// <nil>

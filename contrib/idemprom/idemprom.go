@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,6 +26,9 @@ const DefaultMaxLabelValues = 100
 // Other ("other") replaces a label value outside its fixed set, or beyond
 // the [Options.MaxLabelValues] bound.
 const Other = hooklabel.Other
+
+// defaultGuard labels the Guard calls of Metrics not made by For.
+const defaultGuard = "default"
 
 // Options configures [New]. A nil *Options means the defaults.
 type Options struct {
@@ -59,6 +61,7 @@ type Options struct {
 // [New]; it is safe for concurrent use.
 type Metrics struct {
 	route bool
+	guard string // the guard label of Guard calls (For)
 
 	deliveries   *prometheus.CounterVec
 	handle       *prometheus.HistogramVec
@@ -122,6 +125,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	}
 	m := &Metrics{
 		route: o.HTTPRoute,
+		guard: defaultGuard,
 		deliveries: counter("consumer", "deliveries_total",
 			"Deliveries handled by a consume.Engine, by outcome.", "consumer", "outcome"),
 		handle: histogram("consumer", "handle_seconds",
@@ -198,13 +202,33 @@ func (m *Metrics) consumerLabel(name string) string {
 	return label
 }
 
-// ConsumeHooks returns hooks for consume.Config.Hooks. The message id and
-// dedupe key are never labels.
-func (m *Metrics) ConsumeHooks() consume.Hooks {
-	return consume.HooksFunc(m.onDelivery)
+// The hooks. Metrics implements only the end hooks: counting and timing
+// need nothing at the start, and a start hook that returns its context
+// unchanged would still make every component set one up.
+var (
+	_ idem.DoEndHook          = (*Metrics)(nil)
+	_ consume.DeliveryEndHook = (*Metrics)(nil)
+	_ inbox.RunEndHook        = (*Metrics)(nil)
+	_ idemhttp.RequestEndHook = (*Metrics)(nil)
+)
+
+// For returns Metrics that share m's collectors and label Guard calls
+// guard=name (bounded by [Options.MaxLabelValues]). Give each Guard (and
+// each idemhttp middleware, whose Guard reports through its hooks) a name
+// of its own: Hooks: []idem.Hook{m.For("payments-gateway")}. Metrics not
+// made by For label them guard="default". The name labels nothing else:
+// consumers carry their own name, and the HTTP and inbox metrics have no
+// component label.
+func (m *Metrics) For(name string) *Metrics {
+	c := *m
+	c.guard, _ = m.guards.Label(name)
+	return &c
 }
 
-func (m *Metrics) onDelivery(_ context.Context, ev consume.Event) {
+// OnDeliveryEnd implements consume.DeliveryEndHook: one delivery by
+// consumer and outcome, and its dead-letter reason or infrastructure
+// retry. The message id and dedupe key are never labels.
+func (m *Metrics) OnDeliveryEnd(_ context.Context, ev consume.Event) {
 	consumer := m.consumerLabel(ev.Consumer)
 	outcome := hooklabel.ConsumeOutcome(ev.Outcome)
 	m.deliveries.WithLabelValues(consumer, outcome).Inc()
@@ -219,15 +243,12 @@ func (m *Metrics) onDelivery(_ context.Context, ev consume.Event) {
 	}
 }
 
-// InboxHook returns a function for inbox.Config.OnEvent. The event type is
-// a label, bounded by [Options.MaxLabelValues]; the source, message id and
-// ordering key never are. Runs that did not execute a handler (released
-// rows, leases lost before the run) are counted but not timed.
-func (m *Metrics) InboxHook() func(inbox.Event) {
-	return m.onInbox
-}
-
-func (m *Metrics) onInbox(ev inbox.Event) {
+// OnRunEnd implements inbox.RunEndHook: one run by event type and outcome.
+// The event type is a label, bounded by [Options.MaxLabelValues]; the
+// source, message id and ordering key never are. Runs that did not
+// execute a handler (released rows, leases lost before the run) are
+// counted but not timed.
+func (m *Metrics) OnRunEnd(_ context.Context, ev inbox.Event) {
 	typ, _ := m.types.Label(ev.Message.Type)
 	outcome := hooklabel.InboxOutcome(ev.Outcome)
 	m.inboxRuns.WithLabelValues(typ, outcome).Inc()
@@ -236,15 +257,12 @@ func (m *Metrics) onInbox(ev inbox.Event) {
 	}
 }
 
-// HTTPHook returns a function for idemhttp.Config.OnRequest. The
-// idempotency key, scope (or its hash), principal and URL path are never
-// labels; the route is added only with [Options.HTTPRoute].
-func (m *Metrics) HTTPHook() func(*http.Request, idemhttp.Event) {
-	return m.onHTTP
-}
-
-func (m *Metrics) onHTTP(r *http.Request, ev idemhttp.Event) {
-	outcome := hooklabel.HTTPOutcome(ev.Outcome)
+// OnRequestEnd implements idemhttp.RequestEndHook: one request by outcome
+// and status class. The idempotency key, scope (or its hash), principal
+// and URL path are never labels; the route is added only with
+// [Options.HTTPRoute].
+func (m *Metrics) OnRequestEnd(_ context.Context, ev idemhttp.Event) {
+	outcome := hooklabel.Outcome(ev.Outcome)
 	class := hooklabel.StatusClass(ev.Status)
 	if !m.route {
 		m.httpRequests.WithLabelValues(outcome, class).Inc()
@@ -252,25 +270,21 @@ func (m *Metrics) onHTTP(r *http.Request, ev idemhttp.Event) {
 		return
 	}
 	route := "none"
-	if r != nil && r.Pattern != "" {
-		route, _ = m.routes.Label(r.Pattern)
+	if ev.Request != nil && ev.Request.Pattern != "" {
+		route, _ = m.routes.Label(ev.Request.Pattern)
 	}
 	m.httpRequests.WithLabelValues(outcome, class, route).Inc()
 	m.httpSeconds.WithLabelValues(outcome, route).Observe(ev.Duration.Seconds())
 }
 
-// GuardHook returns a function for idem.GuardConfig.OnDo that reports the
-// calls under the label guard=name (bounded by [Options.MaxLabelValues]);
-// give each Guard its own name ("payments-gateway"). The scope and key are
-// never labels.
-func (m *Metrics) GuardHook(name string) func(context.Context, idem.DoEvent) {
-	label, _ := m.guards.Label(name)
-	return func(_ context.Context, ev idem.DoEvent) {
-		outcome := hooklabel.GuardOutcome(ev.Outcome)
-		m.guardCalls.WithLabelValues(label, outcome).Inc()
-		m.guardSeconds.WithLabelValues(label, outcome).Observe(ev.Duration.Seconds())
-		if ev.Heartbeats > 0 {
-			m.heartbeat.WithLabelValues(label).Observe(ev.SlowestHeartbeat.Seconds())
-		}
+// OnDoEnd implements idem.DoEndHook: one Guard.Do call by guard name (see
+// [Metrics.For]) and outcome, and the slowest heartbeat of an execution
+// that sent one. The scope and key are never labels.
+func (m *Metrics) OnDoEnd(_ context.Context, ev idem.DoEvent) {
+	outcome := hooklabel.Outcome(ev.Outcome)
+	m.guardCalls.WithLabelValues(m.guard, outcome).Inc()
+	m.guardSeconds.WithLabelValues(m.guard, outcome).Observe(ev.Duration.Seconds())
+	if ev.Heartbeats > 0 {
+		m.heartbeat.WithLabelValues(m.guard).Observe(ev.SlowestHeartbeat.Seconds())
 	}
 }

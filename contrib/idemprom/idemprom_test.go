@@ -183,7 +183,7 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 	m, reg := newMetrics(t, &Options{ConstLabels: prometheus.Labels{"service": "billing"}})
 	// payments: processed, duplicate, processed, dead-lettered (no id);
 	// refunds: retried twice, then dead-lettered.
-	hooktest.DriveConsume(t, context.Background(), m.ConsumeHooks())
+	hooktest.DriveConsume(t, context.Background(), []idem.Hook{m})
 
 	if got := testutil.ToFloat64(m.deliveries.WithLabelValues("payments", "processed")); got != 2 {
 		t.Fatalf("payments processed = %v", got)
@@ -223,7 +223,7 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 func TestConsumeInfrastructureRetry(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, nil)
-	e := hooktest.NewEngine(t, m.ConsumeHooks(), "ledger", func(context.Context, idem.Run, consume.Delivery) error {
+	e := hooktest.NewEngine(t, []idem.Hook{m}, "ledger", func(context.Context, idem.Run, consume.Delivery) error {
 		return idem.Retryable(errors.New("connection refused"))
 	})
 	hooktest.Handle(t, context.Background(), e, hooktest.NewDelivery("m1", "x"), consume.OutcomeRetried)
@@ -236,10 +236,9 @@ func TestConsumeInfrastructureRetry(t *testing.T) {
 func TestConsumeUnknownValuesAreOther(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, nil)
-	h := m.ConsumeHooks()
-	h.OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.Outcome(42)})
-	h.OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeDeadLettered, Reason: "something new"})
-	h.OnDelivery(context.Background(), consume.Event{Consumer: "\xff", Outcome: consume.OutcomeProcessed})
+	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "c", Outcome: consume.Outcome(42)})
+	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeDeadLettered, Reason: "something new"})
+	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "\xff", Outcome: consume.OutcomeProcessed})
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
 		"idem_consumer_deliveries_total{consumer=c,outcome=other}":         1,
 		"idem_consumer_dead_letters_total{consumer=c,reason=other}":        1,
@@ -260,9 +259,8 @@ func TestConsumersAreCreatedAtZero(t *testing.T) {
 func TestMaxLabelValuesBoundsConsumers(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, &Options{MaxLabelValues: 2})
-	h := m.ConsumeHooks()
 	for _, c := range []string{"a", "b", "c", "d", "a"} {
-		h.OnDelivery(context.Background(), consume.Event{Consumer: c, Outcome: consume.OutcomeProcessed})
+		m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: c, Outcome: consume.OutcomeProcessed})
 	}
 	got := series(t, reg)
 	hooktest.WantCounts(t, got, map[string]float64{
@@ -282,7 +280,7 @@ func TestInboxHook(t *testing.T) {
 	m, reg := newMetrics(t, &Options{MaxLabelValues: 3})
 	// The released row did not run, and the lease was lost before the
 	// run: neither is timed.
-	hooktest.DriveInbox(m.InboxHook())
+	hooktest.DriveInbox(context.Background(), []idem.Hook{m})
 
 	if got := testutil.ToFloat64(m.inboxRuns.WithLabelValues("order.created", "processed")); got != 2 {
 		t.Fatalf("processed = %v", got)
@@ -312,7 +310,7 @@ func TestInboxHook(t *testing.T) {
 func TestHTTPHookWithRealMiddleware(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, nil)
-	hooktest.DriveHTTP(t, hooktest.ServeIdem(t, m.HTTPHook()))
+	hooktest.DriveHTTP(t, hooktest.ServeIdem(t, []idem.Hook{m}))
 	if got := testutil.ToFloat64(m.httpRequests.WithLabelValues("processed", "2xx")); got != 1 {
 		t.Fatalf("executed = %v", got)
 	}
@@ -338,15 +336,16 @@ idem_http_requests_total{outcome="duplicate",status_class="2xx"} 1
 func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, &Options{HTTPRoute: true})
-	hooktest.DriveHTTP(t, hooktest.ServeIdem(t, m.HTTPHook()))
+	hooktest.DriveHTTP(t, hooktest.ServeIdem(t, []idem.Hook{m}))
 	// A middleware outside any mux sees no pattern.
-	m.HTTPHook()(httptest.NewRequest(http.MethodPost, "/raw-secret", nil), idemhttp.Event{Key: "k", Outcome: idem.Processed, Status: 200})
-	m.HTTPHook()(nil, idemhttp.Event{Outcome: idem.Processed, Status: 200})
+	m.OnRequestEnd(context.Background(), idemhttp.Event{Request: httptest.NewRequest(http.MethodPost, "/raw-secret", nil),
+		Key: "k", Outcome: idem.Processed, Status: 200})
+	m.OnRequestEnd(context.Background(), idemhttp.Event{Outcome: idem.Processed, Status: 200})
 	const route = "POST /accounts/{account}/payments"
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
 		"idem_http_requests_total{outcome=processed,route=" + route + ",status_class=2xx}": 1,
 		"idem_http_requests_total{outcome=processed,route=none,status_class=2xx}":          2,
-		"idem_http_request_duration_seconds{outcome=mismatch,route=" + route + "}":        1,
+		"idem_http_request_duration_seconds{outcome=mismatch,route=" + route + "}":         1,
 	})
 	noLeaks(t, reg, "secret")
 }
@@ -354,15 +353,16 @@ func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
 func TestHTTPUnknownValuesAreOther(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, nil)
-	hook := m.HTTPHook()
-	hook(nil, idemhttp.Event{Outcome: "brand_new", Status: 200})
-	hook(nil, idemhttp.Event{Outcome: idem.Panicked, Status: 0})
-	hook(nil, idemhttp.Event{Outcome: idem.Errored, Status: 600})
-	hook(nil, idemhttp.Event{Outcome: idem.InProgress, Status: 100})
+	ctx := context.Background()
+	m.OnRequestEnd(ctx, idemhttp.Event{Outcome: "brand_new", Status: 200})
+	m.OnRequestEnd(ctx, idemhttp.Event{Outcome: "executed", Status: 200}) // a label before idem.Outcome
+	m.OnRequestEnd(ctx, idemhttp.Event{Outcome: idem.Panicked, Status: 0})
+	m.OnRequestEnd(ctx, idemhttp.Event{Outcome: idem.Errored, Status: 600})
+	m.OnRequestEnd(ctx, idemhttp.Event{Outcome: idem.InProgress, Status: 100})
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
-		"idem_http_requests_total{outcome=other,status_class=2xx}":     1,
-		"idem_http_requests_total{outcome=panicked,status_class=other}":   1,
-		"idem_http_requests_total{outcome=error,status_class=other}":   1,
+		"idem_http_requests_total{outcome=other,status_class=2xx}":       2,
+		"idem_http_requests_total{outcome=panicked,status_class=other}":  1,
+		"idem_http_requests_total{outcome=error,status_class=other}":     1,
 		"idem_http_requests_total{outcome=in_progress,status_class=1xx}": 1,
 	})
 }
@@ -371,12 +371,10 @@ func TestConcurrentHooks(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, &Options{MaxLabelValues: 8, HTTPRoute: true})
 	const goroutines, each = 48, 50
-	// Half of the 16 consumer names are beyond the bound.
-	hooktest.ReportConcurrently(goroutines, each, hooktest.Hooks{
-		Consume: m.ConsumeHooks(), Inbox: m.InboxHook(), HTTP: m.HTTPHook(),
-	})
-	var deliveries, runs, requests float64
-	consumers := map[string]bool{}
+	// Half of the 16 consumer and guard names are beyond the bound.
+	hooktest.ReportConcurrently(goroutines, each, func(name string) idem.Hook { return m.For(name) })
+	var deliveries, runs, requests, calls float64
+	consumers, guards := map[string]bool{}, map[string]bool{}
 	for k, v := range series(t, reg) {
 		switch {
 		case strings.HasPrefix(k, "idem_consumer_deliveries_total{"):
@@ -386,13 +384,19 @@ func TestConcurrentHooks(t *testing.T) {
 			runs += v
 		case strings.HasPrefix(k, "idem_http_requests_total{"):
 			requests += v
+		case strings.HasPrefix(k, "idem_guard_calls_total{"):
+			calls += v
+			guards[strings.SplitN(strings.TrimPrefix(k, "idem_guard_calls_total{guard="), ",", 2)[0]] = true
 		}
 	}
-	if want := float64(goroutines * each); deliveries != want || runs != want || requests != want {
-		t.Fatalf("deliveries %v runs %v requests %v, want %v each", deliveries, runs, requests, want)
+	if want := float64(goroutines * each); deliveries != want || runs != want || requests != want || calls != want {
+		t.Fatalf("deliveries %v runs %v requests %v guard calls %v, want %v each", deliveries, runs, requests, calls, want)
 	}
 	if len(consumers) != 9 || !consumers[Other] {
 		t.Fatalf("consumer labels %v, want 8 names and other", consumers)
+	}
+	if len(guards) != 9 || !guards[Other] {
+		t.Fatalf("guard labels %v, want 8 names and other", guards)
 	}
 }
 
@@ -403,23 +407,29 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 	m, reg := newMetrics(t, &Options{MaxLabelValues: 1})
 	ctx := context.Background()
 	store := idemtest.NewMemoryStore(nil)
-	hooktest.DriveGuard(t, ctx, hooktest.NewGuard(store, m.GuardHook("gateway")))
+	gateway := m.For("gateway")
+	hooktest.DriveGuard(t, ctx, hooktest.NewGuard(store, []idem.Hook{gateway}))
 	// A second guard name is past MaxLabelValues: "other".
-	g2 := hooktest.NewGuard(store, m.GuardHook("second"))
+	g2 := hooktest.NewGuard(store, []idem.Hook{m.For("second")})
 	if _, err := g2.Do(ctx, hooktest.Call("secret-key-3", "a"), hooktest.Charge); err != nil {
 		t.Fatal(err)
 	}
-	m.GuardHook("gateway")(ctx, idem.DoEvent{Outcome: "brand_new"})
+	// A Guard given m itself reports as "default", outside the bound.
+	if _, err := hooktest.NewGuard(store, []idem.Hook{m}).Do(ctx, hooktest.Call("secret-key-4", "a"), hooktest.Charge); err != nil {
+		t.Fatal(err)
+	}
+	gateway.OnDoEnd(ctx, idem.DoEvent{Outcome: "brand_new"})
 	// An execution that sent heartbeats reports its slowest one.
-	m.GuardHook("gateway")(ctx, idem.DoEvent{Outcome: idem.DoExecuted, Heartbeats: 3, SlowestHeartbeat: 2 * time.Second})
+	gateway.OnDoEnd(ctx, idem.DoEvent{Outcome: idem.Processed, Heartbeats: 3, SlowestHeartbeat: 2 * time.Second})
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
-		"idem_guard_heartbeat_max_seconds{guard=gateway}":         1,
+		"idem_guard_heartbeat_max_seconds{guard=gateway}":          1,
 		"idem_guard_calls_total{guard=gateway,outcome=processed}":  2,
 		"idem_guard_calls_total{guard=gateway,outcome=duplicate}":  2,
-		"idem_guard_calls_total{guard=gateway,outcome=mismatch}":  1,
-		"idem_guard_calls_total{guard=gateway,outcome=released}":    1,
-		"idem_guard_calls_total{guard=gateway,outcome=other}":     1,
+		"idem_guard_calls_total{guard=gateway,outcome=mismatch}":   1,
+		"idem_guard_calls_total{guard=gateway,outcome=released}":   1,
+		"idem_guard_calls_total{guard=gateway,outcome=other}":      1,
 		"idem_guard_calls_total{guard=other,outcome=processed}":    1,
+		"idem_guard_calls_total{guard=default,outcome=processed}":  1,
 		"idem_guard_call_seconds{guard=gateway,outcome=duplicate}": 2,
 	})
 	noLeaks(t, reg, "secret-scope", "secret-key")

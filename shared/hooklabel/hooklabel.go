@@ -1,7 +1,6 @@
 // Package hooklabel turns what idem's hooks report into metric label
-// values that cannot grow without bound: the outcomes of consume.Hooks,
-// inbox.Config.OnEvent, idemhttp.Config.OnRequest and
-// idem.GuardConfig.OnDo, HTTP status classes, and free-form names
+// values that cannot grow without bound: outcomes (idem.Outcome) and
+// dead-letter reasons, HTTP status classes, and free-form names
 // (consumers, event types, routes, guard names) capped by a [Set].
 //
 // contrib/idemprom and contrib/idemotel both label their metrics with it,
@@ -66,22 +65,22 @@ func InboxOutcome(o inbox.Outcome) string {
 	return Other
 }
 
-// HTTPOutcome returns the label value of an idemhttp request's outcome.
-func HTTPOutcome(o idem.Outcome) string {
-	switch o {
-	case idem.Processed, idem.Released, idem.Duplicate, idem.InProgress, idem.Mismatch, idem.Discarded,
-		idem.Rejected, idem.Errored, idem.Panicked, idem.Tombstoned, idem.Canceled, idem.NotRecorded, idem.InDoubt:
-		return string(o)
-	}
-	return Other
+// outcomes are the idem.Outcome values, in the order idem declares them.
+var outcomes = [...]idem.Outcome{
+	idem.Acquired, idem.Completed,
+	idem.Processed, idem.Duplicate, idem.Mismatch, idem.InProgress, idem.Released, idem.LeaseLost,
+	idem.Panicked, idem.Rejected, idem.Errored, idem.NotRecorded,
+	idem.Retried, idem.DeadLettered, idem.Requeued, idem.Abandoned,
+	idem.Discarded, idem.Tombstoned, idem.Canceled, idem.InDoubt,
 }
 
-// GuardOutcome returns the label value of a Guard.Do call's outcome.
-func GuardOutcome(o idem.DoOutcome) string {
-	switch o {
-	case idem.DoExecuted, idem.DoReplayed, idem.DoFailed, idem.DoInProgress,
-		idem.DoMismatch, idem.DoLeaseLost, idem.DoPanic, idem.DoRejected, idem.DoError:
-		return string(o)
+// Outcome returns the label value of an outcome, whichever component
+// reported it: the outcome itself when idem declares it, else [Other].
+func Outcome(o idem.Outcome) string {
+	for _, known := range outcomes {
+		if o == known {
+			return string(o)
+		}
 	}
 	return Other
 }

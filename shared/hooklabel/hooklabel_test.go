@@ -106,43 +106,35 @@ func TestInboxOutcomesAreComplete(t *testing.T) {
 	}
 }
 
-func TestHTTPOutcome(t *testing.T) {
+// Every outcome idem declares is its own label, whichever component
+// reports it (the HTTP, Guard, consumer and inbox ones alike).
+func TestOutcome(t *testing.T) {
 	t.Parallel()
-	wantLabels(t, "HTTPOutcome", HTTPOutcome, map[idem.Outcome]string{
-		idem.Processed:   "processed",
-		idem.Released:    "released",
-		idem.Duplicate:   "duplicate",
-		idem.InProgress:  "in_progress",
-		idem.Mismatch:    "mismatch",
-		idem.Discarded:   "discarded",
-		idem.Rejected:    "rejected",
-		idem.Errored:     "error",
-		idem.Panicked:    "panicked",
-		idem.Tombstoned:  "tombstoned",
-		idem.Canceled:    "canceled",
-		idem.NotRecorded: "not_recorded",
-		idem.InDoubt:     "in_doubt",
-		"":               Other,
-		"brand_new":      Other,
-		"Executed":       Other,
-		"\xff":           Other,
-	})
-}
-
-func TestGuardOutcome(t *testing.T) {
-	t.Parallel()
-	wantLabels(t, "GuardOutcome", GuardOutcome, map[idem.DoOutcome]string{
-		idem.DoExecuted:   "processed",
-		idem.DoReplayed:   "duplicate",
-		idem.DoFailed:     "released",
-		idem.DoInProgress: "in_progress",
-		idem.DoMismatch:   "mismatch",
-		idem.DoLeaseLost:  "lease_lost",
-		idem.DoPanic:      "panicked",
-		idem.DoRejected:   "rejected",
-		idem.DoError:      "error",
+	wantLabels(t, "Outcome", Outcome, map[idem.Outcome]string{
+		idem.Acquired:     "acquired",
+		idem.Completed:    "completed",
+		idem.Processed:    "processed",
+		idem.Duplicate:    "duplicate",
+		idem.Mismatch:     "mismatch",
+		idem.InProgress:   "in_progress",
+		idem.Released:     "released",
+		idem.LeaseLost:    "lease_lost",
+		idem.Panicked:     "panicked",
+		idem.Rejected:     "rejected",
+		idem.Errored:      "error",
+		idem.NotRecorded:  "not_recorded",
+		idem.Retried:      "retried",
+		idem.DeadLettered: "dead_lettered",
+		idem.Requeued:     "requeued",
+		idem.Abandoned:    "abandoned",
+		idem.Discarded:    "discarded",
+		idem.Tombstoned:   "tombstoned",
+		idem.Canceled:     "canceled",
+		idem.InDoubt:      "in_doubt",
 		"":                Other,
 		"brand_new":       Other,
+		"Processed":       Other,
+		"executed":        Other, // the labels before idem.Outcome
 		"\xff":            Other,
 	})
 }

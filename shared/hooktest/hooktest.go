@@ -2,9 +2,12 @@
 // implementation (contrib/idemprom, contrib/idemotel) see the events the
 // components really report: a consume.Engine over in-memory deliveries, the
 // idemhttp middleware under a ServeMux pattern, an inbox.Worker over an
-// in-memory backend, and a Guard over a MemoryStore. Each takes the hook to
-// install, so every metrics module runs the same scenarios and asserts its
-// own series.
+// in-memory backend, and a Guard over a MemoryStore. Each takes the hooks
+// to install (the Hooks of the component's Config), so every metrics
+// module runs the same scenarios and asserts its own series.
+// [ReportDelivery], [ReportRun], [ReportRequest] and [ReportDo] report one
+// event to a hook directly, start hook then end hook, as the components
+// do.
 //
 // Keys, scopes, principals and URL paths in these scenarios contain
 // "secret", so that a test can check that none reaches a metric.
@@ -122,13 +125,13 @@ func (d *Delivery) redelivery() *Delivery {
 // NewEngine returns a consume.Engine named name that reports to hooks and
 // runs handler under a Guard over a MemoryStore. It retries after 1ms and
 // dead-letters on the third failed attempt.
-func NewEngine(t testing.TB, hooks consume.Hooks, name string, handler func(context.Context, idem.Run, consume.Delivery) error) *consume.Engine {
+func NewEngine(t testing.TB, hooks []idem.Hook, name string, handler func(context.Context, idem.Run, consume.Delivery) error) *consume.Engine {
 	t.Helper()
 	g := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{Logger: Quiet})
 	e, err := consume.New(consume.GuardProcess(g, handler), &consume.Config{
 		Name:   name,
 		Retry:  &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 3, Jitter: retry.NoJitter},
-		Hooks:  hooks,
+		Hooks:  consumeHooks(hooks),
 		Logger: Quiet,
 	})
 	if err != nil {
@@ -173,7 +176,7 @@ func redeliver(t testing.TB, ctx context.Context, e *consume.Engine, id, body st
 //
 // The payments handler succeeds; the refunds handler fails with the error
 // "gateway timeout for customer-secret", a counted failure.
-func DriveConsume(t testing.TB, ctx context.Context, hooks consume.Hooks) {
+func DriveConsume(t testing.TB, ctx context.Context, hooks []idem.Hook) {
 	t.Helper()
 	ok := NewEngine(t, hooks, "payments", func(context.Context, idem.Run, consume.Delivery) error { return nil })
 	boom := NewEngine(t, hooks, "refunds", func(context.Context, idem.Run, consume.Delivery) error {
@@ -190,16 +193,16 @@ func DriveConsume(t testing.TB, ctx context.Context, hooks consume.Hooks) {
 const Route = "POST /accounts/{account}/payments"
 
 // ServeIdem returns a ServeMux that runs the real idemhttp middleware,
-// reporting to onRequest, under [Route]. The middleware requires a key and
+// reporting to hooks, under [Route]. The middleware requires a key and
 // takes the principal from X-User; the handler answers 201, or 503 when the
 // request has an X-Fail header.
-func ServeIdem(t testing.TB, onRequest func(*http.Request, idemhttp.Event)) *http.ServeMux {
+func ServeIdem(t testing.TB, hooks []idem.Hook) *http.ServeMux {
 	t.Helper()
 	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
 		Principal:       idemhttp.PrincipalFromHeader("X-User"),
 		RequireKey:      true,
 		AllowNonDurable: true,
-		OnRequest:       onRequest,
+		Hooks:           hooks,
 		Logger:          Quiet,
 	})
 	if err != nil {
@@ -237,7 +240,7 @@ func Post(t testing.TB, h http.Handler, key, body string, fail bool) int {
 }
 
 // DriveHTTP sends h, a [ServeIdem] handler, five requests whose outcomes
-// are, in order: executed (201), replayed (201), mismatch (422), rejected
+// are, in order: processed (201), duplicate (201), mismatch (422), rejected
 // (400, no key) and released (503).
 func DriveHTTP(t testing.TB, h http.Handler) {
 	t.Helper()
@@ -258,8 +261,8 @@ func DriveHTTP(t testing.TB, h http.Handler) {
 	}
 }
 
-// DriveInbox calls hook with nine events, as an inbox.Worker would report
-// them, each for a message with source orders-secret, id msg-secret and
+// DriveInbox reports nine runs to hooks (see [Run]), as an inbox.Worker
+// would, each for a message with source orders-secret, id msg-secret and
 // ordering key customer-secret:
 //
 //	order.created  processed  3ms
@@ -271,23 +274,29 @@ func DriveHTTP(t testing.TB, h http.Handler) {
 //	order.shipped  lease_lost (no duration, idem.ErrLeaseLost)
 //	spam.1         processed  1ms
 //	spam.2         processed  1ms
-func DriveInbox(hook func(inbox.Event)) {
+func DriveInbox(ctx context.Context, hooks []idem.Hook) {
 	msg := func(typ string) inbox.Message {
 		return inbox.Message{Source: "orders-secret", ID: "msg-secret", Type: typ, OrderingKey: "customer-secret"}
 	}
-	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Processed, Duration: 3 * time.Millisecond})
-	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Processed, Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("order.created"), Outcome: inbox.Retried, Err: errors.New("x"), Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Dead, Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Released})
-	hook(inbox.Event{Message: msg("order.paid"), Outcome: inbox.Outcome(99), Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("order.shipped"), Outcome: inbox.LeaseLost, Err: idem.ErrLeaseLost})
-	hook(inbox.Event{Message: msg("spam.1"), Outcome: inbox.Processed, Duration: time.Millisecond})
-	hook(inbox.Event{Message: msg("spam.2"), Outcome: inbox.Processed, Duration: time.Millisecond})
+	for _, ev := range []inbox.Event{
+		{Message: msg("order.created"), Outcome: inbox.Processed, Duration: 3 * time.Millisecond},
+		{Message: msg("order.created"), Outcome: inbox.Processed, Duration: time.Millisecond},
+		{Message: msg("order.created"), Outcome: inbox.Retried, Err: errors.New("x"), Duration: time.Millisecond},
+		{Message: msg("order.paid"), Outcome: inbox.Dead, Duration: time.Millisecond},
+		{Message: msg("order.paid"), Outcome: inbox.Released},
+		{Message: msg("order.paid"), Outcome: inbox.Outcome(99), Duration: time.Millisecond},
+		{Message: msg("order.shipped"), Outcome: inbox.LeaseLost, Err: idem.ErrLeaseLost},
+		{Message: msg("spam.1"), Outcome: inbox.Processed, Duration: time.Millisecond},
+		{Message: msg("spam.2"), Outcome: inbox.Processed, Duration: time.Millisecond},
+	} {
+		for _, h := range hooks {
+			ReportRun(ctx, h, ev)
+		}
+	}
 }
 
 // NewWorker returns an inbox.Worker over an in-memory backend that reports
-// to onEvent. One RunOnce runs six rows (source orders, message ids msg-1
+// to hooks. One RunOnce runs six rows (source orders, message ids msg-1
 // to msg-6, ordering key customer-secret) whose outcomes are, in order:
 //
 //	1 order.created    processed
@@ -296,7 +305,7 @@ func DriveInbox(hook func(inbox.Event)) {
 //	4 order.created    lease_lost (another worker took the row)
 //	5 order.unknown    dead       (no handler)
 //	6 order.failing    dead       (third attempt of three)
-func NewWorker(t testing.TB, onEvent func(inbox.Event)) *inbox.Worker[struct{}] {
+func NewWorker(t testing.TB, hooks []idem.Hook) *inbox.Worker[struct{}] {
 	t.Helper()
 	row := func(id int64, typ string, attempts int) inbox.Row {
 		return inbox.Row{ID: id, Source: "orders", MessageID: fmt.Sprintf("msg-%d", id), Type: typ,
@@ -312,7 +321,7 @@ func NewWorker(t testing.TB, onEvent func(inbox.Event)) *inbox.Worker[struct{}] 
 	w, err := inbox.NewWorker[struct{}](b, &inbox.Config{
 		Retry:   &retry.Policy{MaxAttempts: 3},
 		Logger:  Quiet,
-		OnEvent: onEvent,
+		OnEvent: inboxHooks(hooks),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -382,14 +391,14 @@ func Call(key, body string) idem.Call {
 // Charge is a Guard function that succeeds with the result "charged".
 func Charge(context.Context, idem.Run) ([]byte, error) { return []byte("charged"), nil }
 
-// NewGuard returns a Guard over store that reports to onDo.
-func NewGuard(store idem.Store, onDo func(context.Context, idem.DoEvent)) *idem.Guard {
-	return idem.NewGuard(store, &idem.GuardConfig{Hooks: []idem.Hook{doEnd(onDo)}, Logger: Quiet})
+// NewGuard returns a Guard over store that reports to hooks.
+func NewGuard(store idem.Store, hooks []idem.Hook) *idem.Guard {
+	return idem.NewGuard(store, &idem.GuardConfig{Hooks: hooks, Logger: Quiet})
 }
 
 // DriveGuard makes five calls of g.Do whose outcomes are, in order:
-// executed, replayed, replayed (keys secret-key-1), mismatch (secret-key-1
-// with another body) and failed (secret-key-2). It fails t if Do does not
+// processed, duplicate, duplicate (keys secret-key-1), mismatch
+// (secret-key-1 with another body) and released (secret-key-2). It fails t if Do does not
 // return what these outcomes return.
 func DriveGuard(t testing.TB, ctx context.Context, g *idem.Guard) {
 	t.Helper()
@@ -407,55 +416,106 @@ func DriveGuard(t testing.TB, ctx context.Context, g *idem.Guard) {
 	}
 }
 
-// Hooks are the hooks of one metrics module, for [ReportConcurrently]; nil
-// ones are not called.
-type Hooks struct {
-	Consume consume.Hooks
-	Inbox   func(inbox.Event)
-	HTTP    func(*http.Request, idemhttp.Event)
-	// Guard returns the hook for the Guard named name.
-	Guard func(name string) func(context.Context, idem.DoEvent)
-}
-
-// ReportConcurrently calls h's hooks from goroutines goroutines at once,
-// each times, and returns when all are done. Goroutine i reports under
-// the name "c<i%16>" (the consumer, the inbox event type and the guard
-// name) and the route pattern "POST /r<i%16>": 16 names, more than a
-// small label cap admits. Each time it reports, each lasting 1ms, a
-// delivery retried for an error, a processed inbox run, an executed
-// request (201) and an executed Guard call.
-func ReportConcurrently(goroutines, each int, h Hooks) {
+// ReportConcurrently reports to hooks from goroutines goroutines at once,
+// each times, and returns when all are done. Goroutine i reports to
+// hook("c<i%16>") under that name (the consumer and the inbox event type;
+// the name hook gives a Guard) and the route pattern "POST /r<i%16>": 16
+// names, more than a small label cap admits. Each time it reports, each
+// lasting 1ms, a delivery retried for an error, a processed inbox run, a
+// processed request (201) and a processed Guard call, to whichever of the
+// hook interfaces the hook implements.
+func ReportConcurrently(goroutines, each int, hook func(name string) idem.Hook) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range goroutines {
 		wg.Go(func() {
 			name := fmt.Sprintf("c%d", i%16)
+			h := hook(name)
 			req := httptest.NewRequest(http.MethodPost, "/", nil)
 			req.Pattern = fmt.Sprintf("POST /r%d", i%16)
-			var guard func(context.Context, idem.DoEvent)
-			if h.Guard != nil {
-				guard = h.Guard(name)
-			}
 			for range each {
-				if guard != nil {
-					guard(ctx, idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.DoExecuted, Duration: time.Millisecond})
-				}
-				if h.Consume != nil {
-					h.Consume.OnDelivery(ctx, consume.Event{Consumer: name, Outcome: consume.OutcomeRetried, Err: errors.New("x"), Duration: time.Millisecond})
-				}
-				if h.Inbox != nil {
-					h.Inbox(inbox.Event{Message: inbox.Message{Type: name}, Outcome: inbox.Processed, Duration: time.Millisecond})
-				}
-				if h.HTTP != nil {
-					h.HTTP(req, idemhttp.Event{Outcome: idem.Processed, Status: 201, Duration: time.Millisecond})
-				}
+				ReportDo(ctx, h, idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.Processed, Duration: time.Millisecond})
+				ReportDelivery(ctx, h, consume.Event{Consumer: name, Outcome: consume.OutcomeRetried, Err: errors.New("x"), Duration: time.Millisecond})
+				ReportRun(ctx, h, inbox.Event{Message: inbox.Message{Type: name}, Outcome: inbox.Processed, Duration: time.Millisecond})
+				ReportRequest(ctx, h, idemhttp.Event{Request: req, Outcome: idem.Processed, Status: 201, Duration: time.Millisecond})
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// doEnd adapts a function to idem.DoEndHook.
-type doEnd func(context.Context, idem.DoEvent)
+// ReportDelivery reports ev to h as a consume.Engine does, when h implements
+// its hooks: the start hook with ev less its outcome and results, then the
+// end hook with ev and the context the start hook returned.
+func ReportDelivery(ctx context.Context, h idem.Hook, ev consume.Event) {
+	if s, ok := h.(consume.DeliveryStartHook); ok {
+		ctx = s.OnDeliveryStart(ctx, consume.Event{Consumer: ev.Consumer, ID: ev.ID, Key: ev.Key, Attempt: ev.Attempt})
+	}
+	if e, ok := h.(consume.DeliveryEndHook); ok {
+		e.OnDeliveryEnd(ctx, ev)
+	}
+}
 
-func (f doEnd) OnDoEnd(ctx context.Context, ev idem.DoEvent) { f(ctx, ev) }
+// ReportRun reports ev to h as an inbox.Worker does, when h implements its
+// hooks: the start hook with ev's message, then the end hook with ev and
+// the context the start hook returned.
+func ReportRun(ctx context.Context, h idem.Hook, ev inbox.Event) {
+	if s, ok := h.(inbox.RunStartHook); ok {
+		ctx = s.OnRunStart(ctx, inbox.Event{Message: ev.Message})
+	}
+	if e, ok := h.(inbox.RunEndHook); ok {
+		e.OnRunEnd(ctx, ev)
+	}
+}
+
+// ReportRequest reports ev to h as the idemhttp middleware does, when h
+// implements its hooks: the start hook with ev's request, scope hash and
+// key, then the end hook with ev and the context the start hook returned
+// (ev.Request, if any, carries it).
+func ReportRequest(ctx context.Context, h idem.Hook, ev idemhttp.Event) {
+	if ev.Request != nil {
+		ctx = ev.Request.Context()
+	}
+	if s, ok := h.(idemhttp.RequestStartHook); ok {
+		ctx = s.OnRequestStart(ctx, idemhttp.Event{Request: ev.Request, ScopeHash: ev.ScopeHash, Key: ev.Key})
+		if ev.Request != nil {
+			ev.Request = ev.Request.WithContext(ctx)
+		}
+	}
+	if e, ok := h.(idemhttp.RequestEndHook); ok {
+		e.OnRequestEnd(ctx, ev)
+	}
+}
+
+// ReportDo reports ev to h as a Guard does, when h implements its hooks: the
+// start hook with ev's scope and key, then the end hook with ev and the
+// context the start hook returned.
+func ReportDo(ctx context.Context, h idem.Hook, ev idem.DoEvent) {
+	if s, ok := h.(idem.DoStartHook); ok {
+		ctx = s.OnDoStart(ctx, idem.DoEvent{Scope: ev.Scope, Key: ev.Key})
+	}
+	if e, ok := h.(idem.DoEndHook); ok {
+		e.OnDoEnd(ctx, ev)
+	}
+}
+
+// consumeHooks adapts hooks to consume.Config.Hooks until the engine takes
+// []idem.Hook itself (transitional): it reports each delivery after the
+// fact.
+func consumeHooks(hooks []idem.Hook) consume.Hooks {
+	return consume.HooksFunc(func(ctx context.Context, ev consume.Event) {
+		for _, h := range hooks {
+			ReportDelivery(ctx, h, ev)
+		}
+	})
+}
+
+// inboxHooks adapts hooks to inbox.Config.OnEvent until the worker takes
+// []idem.Hook itself (transitional): it reports each run after the fact.
+func inboxHooks(hooks []idem.Hook) func(inbox.Event) {
+	return func(ev inbox.Event) {
+		for _, h := range hooks {
+			ReportRun(context.Background(), h, ev)
+		}
+	}
+}

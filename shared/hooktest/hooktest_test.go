@@ -3,7 +3,6 @@ package hooktest
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -42,11 +41,11 @@ func TestDriveConsume(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var got []string
-	DriveConsume(t, context.Background(), consume.HooksFunc(func(_ context.Context, ev consume.Event) {
+	DriveConsume(t, context.Background(), []idem.Hook{deliveryEnd(func(_ context.Context, ev consume.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, fmt.Sprintf("%s %s %d %s %s", ev.Consumer, ev.ID, ev.Attempt, ev.Outcome, ev.Reason))
-	}))
+	})})
 	want := []string{
 		"payments pay-secret-1 1 processed ",
 		"payments pay-secret-1 1 duplicate ",
@@ -66,12 +65,12 @@ func TestDriveHTTP(t *testing.T) {
 	var mu sync.Mutex
 	var outcomes []idem.Outcome
 	var patterns []string
-	h := ServeIdem(t, func(r *http.Request, ev idemhttp.Event) {
+	h := ServeIdem(t, []idem.Hook{requestEnd(func(_ context.Context, ev idemhttp.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		outcomes = append(outcomes, ev.Outcome)
-		patterns = append(patterns, r.Pattern)
-	})
+		patterns = append(patterns, ev.Request.Pattern)
+	})})
 	DriveHTTP(t, h)
 	want := []idem.Outcome{
 		idem.Processed, idem.Duplicate, idem.Mismatch,
@@ -90,16 +89,16 @@ func TestDriveHTTP(t *testing.T) {
 func TestInboxDrivers(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
-		drive func(hook func(inbox.Event))
+		drive func(hooks []idem.Hook)
 		want  []string
 	}{
-		"DriveInbox": {DriveInbox, []string{
+		"DriveInbox": {func(hooks []idem.Hook) { DriveInbox(context.Background(), hooks) }, []string{
 			"order.created processed", "order.created processed", "order.created retried",
 			"order.paid dead", "order.paid released", "order.paid Outcome(99)",
 			"order.shipped lease_lost", "spam.1 processed", "spam.2 processed",
 		}},
-		"NewWorker": {func(hook func(inbox.Event)) {
-			if n, err := NewWorker(t, hook).RunOnce(context.Background()); err != nil || n != 6 {
+		"NewWorker": {func(hooks []idem.Hook) {
+			if n, err := NewWorker(t, hooks).RunOnce(context.Background()); err != nil || n != 6 {
 				t.Errorf("RunOnce: %d, %v", n, err)
 			}
 		}, []string{
@@ -109,11 +108,11 @@ func TestInboxDrivers(t *testing.T) {
 	} {
 		var mu sync.Mutex
 		var got []string
-		c.drive(func(ev inbox.Event) {
+		c.drive([]idem.Hook{runEnd(func(_ context.Context, ev inbox.Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, ev.Message.Type+" "+ev.Outcome.String())
-		})
+		})})
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: events %q, want %q", name, got, c.want)
 		}
@@ -123,14 +122,14 @@ func TestInboxDrivers(t *testing.T) {
 func TestDriveGuard(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	var got []idem.DoOutcome
-	g := NewGuard(idemtest.NewMemoryStore(nil), func(_ context.Context, ev idem.DoEvent) {
+	var got []idem.Outcome
+	g := NewGuard(idemtest.NewMemoryStore(nil), []idem.Hook{doEnd(func(_ context.Context, ev idem.DoEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, ev.Outcome)
-	})
+	})})
 	DriveGuard(t, context.Background(), g)
-	want := []idem.DoOutcome{idem.DoExecuted, idem.DoReplayed, idem.DoReplayed, idem.DoMismatch, idem.DoFailed}
+	want := []idem.Outcome{idem.Processed, idem.Duplicate, idem.Duplicate, idem.Mismatch, idem.Released}
 	if !slices.Equal(got, want) {
 		t.Fatalf("outcomes %v, want %v", got, want)
 	}
@@ -177,22 +176,77 @@ func TestReportConcurrently(t *testing.T) {
 		calls[hook]++
 		names[hook+" "+name] = true
 	}
-	ReportConcurrently(goroutines, each, Hooks{
-		Consume: consume.HooksFunc(func(_ context.Context, ev consume.Event) { count("consume", ev.Consumer) }),
-		Inbox:   func(ev inbox.Event) { count("inbox", ev.Message.Type) },
-		HTTP:    func(r *http.Request, _ idemhttp.Event) { count("http", r.Pattern) },
-		Guard: func(name string) func(context.Context, idem.DoEvent) {
-			return func(context.Context, idem.DoEvent) { count("guard", name) }
-		},
+	ReportConcurrently(goroutines, each, func(name string) idem.Hook {
+		return &allHooks{count: count, name: name}
 	})
 	for _, hook := range []string{"consume", "inbox", "http", "guard"} {
-		if calls[hook] != goroutines*each {
-			t.Errorf("%s called %d times, want %d", hook, calls[hook], goroutines*each)
+		if calls[hook+" start"] != goroutines*each || calls[hook] != goroutines*each {
+			t.Errorf("%s called %d times (start %d), want %d", hook, calls[hook], calls[hook+" start"], goroutines*each)
 		}
 	}
-	if len(names) != 4*16 || !names["consume c15"] || !names["http POST /r15"] {
+	if len(names) != 2*4*16 || !names["consume c15"] || !names["http POST /r15"] || !names["guard c15"] {
 		t.Errorf("names %v, want 16 for each hook", names)
 	}
-	// Nil hooks are skipped.
-	ReportConcurrently(2, 2, Hooks{})
+	// A value that implements no hook is skipped.
+	ReportConcurrently(2, 2, func(string) idem.Hook { return struct{}{} })
 }
+
+// allHooks implements every hook; each start hook leaves its name in the
+// context, which the end hook checks.
+type allHooks struct {
+	count func(hook, name string)
+	name  string
+}
+
+type startKey struct{}
+
+func (h *allHooks) start(ctx context.Context, hook, name string) context.Context {
+	h.count(hook+" start", name)
+	return context.WithValue(ctx, startKey{}, hook)
+}
+
+func (h *allHooks) end(ctx context.Context, hook, name string) {
+	if ctx.Value(startKey{}) != hook {
+		name = "without its start context"
+	}
+	h.count(hook, name)
+}
+
+func (h *allHooks) OnDeliveryStart(ctx context.Context, ev consume.Event) context.Context {
+	return h.start(ctx, "consume", ev.Consumer)
+}
+func (h *allHooks) OnDeliveryEnd(ctx context.Context, ev consume.Event) {
+	h.end(ctx, "consume", ev.Consumer)
+}
+func (h *allHooks) OnRunStart(ctx context.Context, ev inbox.Event) context.Context {
+	return h.start(ctx, "inbox", ev.Message.Type)
+}
+func (h *allHooks) OnRunEnd(ctx context.Context, ev inbox.Event) {
+	h.end(ctx, "inbox", ev.Message.Type)
+}
+func (h *allHooks) OnRequestStart(ctx context.Context, ev idemhttp.Event) context.Context {
+	return h.start(ctx, "http", ev.Request.Pattern)
+}
+func (h *allHooks) OnRequestEnd(ctx context.Context, ev idemhttp.Event) {
+	h.end(ctx, "http", ev.Request.Pattern)
+}
+func (h *allHooks) OnDoStart(ctx context.Context, _ idem.DoEvent) context.Context {
+	return h.start(ctx, "guard", h.name)
+}
+func (h *allHooks) OnDoEnd(ctx context.Context, _ idem.DoEvent) { h.end(ctx, "guard", h.name) }
+
+type deliveryEnd func(context.Context, consume.Event)
+
+func (f deliveryEnd) OnDeliveryEnd(ctx context.Context, ev consume.Event) { f(ctx, ev) }
+
+type runEnd func(context.Context, inbox.Event)
+
+func (f runEnd) OnRunEnd(ctx context.Context, ev inbox.Event) { f(ctx, ev) }
+
+type requestEnd func(context.Context, idemhttp.Event)
+
+func (f requestEnd) OnRequestEnd(ctx context.Context, ev idemhttp.Event) { f(ctx, ev) }
+
+type doEnd func(context.Context, idem.DoEvent)
+
+func (f doEnd) OnDoEnd(ctx context.Context, ev idem.DoEvent) { f(ctx, ev) }
