@@ -264,11 +264,11 @@ func (e *Engine) handle(ctx context.Context, d Delivery, st State, ev *Event) (O
 	next.LastFailure = now
 	next.LastError = bound(err.Error(), e.cfg.MaxErrorBytes)
 	switch retry.Classify(err) {
-	case retry.Fatal:
+	case retry.ClassPermanent:
 		next.Attempts++
 		ev.Reason = ReasonPermanent
 		return e.deadLetterState(ctx, d, next, ReasonPermanent)
-	case retry.Infrastructure:
+	case retry.ClassInfrastructure:
 		next.InfraRetries++
 		ev.Infrastructure = true
 	default:

@@ -23,5 +23,8 @@
 //     outage does not fill the dead letters;
 //   - any other error is an ordinary failure, retried up to MaxAttempts.
 //
-// [Classify] applies these rules; [Do] runs a function with them.
+// [Classify] applies these rules. [Policy.Decide] turns them into the one
+// give-up decision that every consumer, the inbox and [Do] share: retry
+// after a delay, or give up with an idem.DeadReason (idem.DeadPermanent,
+// idem.DeadMaxAttempts). [Do] runs a function with them.
 package retry

@@ -38,6 +38,24 @@ func ExampleClassify() {
 	// failure
 }
 
+func ExamplePolicy_Decide() {
+	p := &retry.Policy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3, Jitter: retry.NoJitter}
+	flaky := errors.New("gateway timeout")
+	for _, f := range []retry.Failures{{}, {Counted: 1}, {Counted: 2}} {
+		d := p.Decide(f, flaky)
+		fmt.Println(d.Class, d.GiveUp(), d.Reason, d.Delay)
+	}
+	outage := idem.Retryable(errors.New("connection refused"))
+	fmt.Println(p.Decide(retry.Failures{Counted: 2, Infrastructure: 1}, outage).Delay)
+	fmt.Println(p.Decide(retry.Failures{}, retry.Permanent(flaky)).Reason)
+	// Output:
+	// failure false  1s
+	// failure false  2s
+	// failure true max_attempts 0s
+	// 8s
+	// permanent
+}
+
 func ExampleDo() {
 	p := &retry.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 3}
 	runs := 0

@@ -150,7 +150,12 @@ func (q *Policy) delay(attempt int) time.Duration {
 // jittered schedule, raised to the delay requested with [After] if that is
 // longer.
 func (p *Policy) DelayFor(attempt int, err error) time.Duration {
-	d := p.Delay(attempt)
+	q := p.withDefaults()
+	return q.delayFor(attempt, err)
+}
+
+func (q *Policy) delayFor(attempt int, err error) time.Duration {
+	d := q.delay(attempt)
 	if ra, ok := RetryAfter(err); ok && ra > d {
 		d = ra
 	}
@@ -161,26 +166,28 @@ func (p *Policy) DelayFor(attempt int, err error) time.Duration {
 type Class int
 
 const (
-	// Success: no error.
-	Success Class = iota
-	// Failure: an ordinary failure, retried and counted toward MaxAttempts.
-	Failure
-	// Infrastructure: a transient infrastructure failure (idem.IsRetryable),
-	// retried with backoff but not counted toward MaxAttempts.
-	Infrastructure
-	// Fatal: a permanent failure, never retried.
-	Fatal
+	// ClassSuccess: no error.
+	ClassSuccess Class = iota
+	// ClassFailure: an ordinary failure, retried and counted toward
+	// MaxAttempts.
+	ClassFailure
+	// ClassInfrastructure: a transient infrastructure failure
+	// (idem.IsRetryable), retried with backoff but not counted toward
+	// MaxAttempts.
+	ClassInfrastructure
+	// ClassPermanent: a failure marked with [Permanent], never retried.
+	ClassPermanent
 )
 
 func (c Class) String() string {
 	switch c {
-	case Success:
+	case ClassSuccess:
 		return "success"
-	case Failure:
+	case ClassFailure:
 		return "failure"
-	case Infrastructure:
+	case ClassInfrastructure:
 		return "infrastructure"
-	case Fatal:
+	case ClassPermanent:
 		return "permanent"
 	}
 	return fmt.Sprintf("Class(%d)", int(c))
@@ -191,13 +198,78 @@ func (c Class) String() string {
 func Classify(err error) Class {
 	switch {
 	case err == nil:
-		return Success
+		return ClassSuccess
 	case IsPermanent(err):
-		return Fatal
+		return ClassPermanent
 	case idem.IsRetryable(err):
-		return Infrastructure
+		return ClassInfrastructure
 	}
-	return Failure
+	return ClassFailure
+}
+
+// Failures counts an operation's failures before the one being decided.
+// Both kinds grow the backoff; only Counted ones count toward MaxAttempts.
+type Failures struct {
+	// Counted is the number of ordinary failures so far.
+	Counted int
+	// Infrastructure is the number of infrastructure failures so far
+	// (idem.IsRetryable): an outage must not fill the dead letters.
+	Infrastructure int
+}
+
+// Total is the number of failures of any kind: the backoff exponent.
+func (f Failures) Total() int { return f.Counted + f.Infrastructure }
+
+// Decision is what to do after an attempt failed: run it again after
+// Delay, or give up (dead-letter it) for Reason.
+type Decision struct {
+	// Class is the failed attempt's error class.
+	Class Class
+	// Reason is set when the operation is given up: idem.DeadPermanent or
+	// idem.DeadMaxAttempts. Empty means retry.
+	Reason idem.DeadReason
+	// Delay is the wait before the next attempt, when retrying: the
+	// policy's jittered delay, raised to a delay requested with [After].
+	Delay time.Duration
+}
+
+// GiveUp reports whether the operation must not run again.
+func (d Decision) GiveUp() bool { return d.Reason != "" }
+
+// Counted reports whether the failure counts toward MaxAttempts: every
+// failure but an infrastructure one.
+func (d Decision) Counted() bool { return d.Class != ClassInfrastructure && d.Class != ClassSuccess }
+
+// Decide is the one give-up decision of every consumer, the inbox and [Do]:
+// given the failures before the attempt that just failed with err, it says
+// whether to retry, and when, or to give up, and why.
+//
+//   - A [Permanent] error gives up at once with idem.DeadPermanent.
+//   - An infrastructure error (idem.IsRetryable) is retried and does not
+//     count toward MaxAttempts.
+//   - Any other error counts; when it is failure number MaxAttempts (a
+//     positive MaxAttempts), Decide gives up with idem.DeadMaxAttempts.
+//
+// A retry waits [Policy.DelayFor](f.Total(), err). A nil err is
+// ClassSuccess: neither a retry nor a give-up. A nil *Policy means the
+// defaults.
+func (p *Policy) Decide(f Failures, err error) Decision {
+	q := p.withDefaults()
+	d := Decision{Class: Classify(err)}
+	switch d.Class {
+	case ClassSuccess:
+		return d
+	case ClassPermanent:
+		d.Reason = idem.DeadPermanent
+		return d
+	case ClassFailure:
+		if q.MaxAttempts > 0 && f.Counted+1 >= q.MaxAttempts {
+			d.Reason = idem.DeadMaxAttempts
+			return d
+		}
+	}
+	d.Delay = q.delayFor(f.Total(), err)
+	return d
 }
 
 type permanentError struct{ err error }
@@ -263,37 +335,36 @@ func (e *ExhaustedError) Error() string {
 
 func (e *ExhaustedError) Unwrap() error { return e.Err }
 
-// Do runs fn until it succeeds, following p (nil means the defaults):
-// a [Permanent] error is returned at once; an infrastructure error
-// (idem.IsRetryable) is retried without counting toward MaxAttempts; any
-// other error is retried until MaxAttempts runs failed, and then returned
-// in an [*ExhaustedError]. Between runs Do sleeps the policy's delay (or
-// longer, for [After]); the exponent grows with every failure, counted or
-// not. When ctx ends Do returns its cause joined with the last error.
+// Do runs fn until it succeeds, following p (nil means the defaults) and
+// [Policy.Decide]: a [Permanent] error is returned at once; an
+// infrastructure error (idem.IsRetryable) is retried without counting
+// toward MaxAttempts; any other error is retried until MaxAttempts runs
+// failed, and then returned in an [*ExhaustedError]. Between runs Do sleeps
+// the policy's delay (or longer, for [After]); the exponent grows with
+// every failure, counted or not. When ctx ends Do returns its cause joined
+// with the last error.
 func Do(ctx context.Context, p *Policy, fn func(ctx context.Context) error) error {
 	q := p.withDefaults()
-	counted := 0
-	for failures := 0; ; failures++ {
+	var f Failures
+	for {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
 		err := fn(ctx)
-		switch Classify(err) {
-		case Success:
+		d := q.Decide(f, err)
+		switch {
+		case d.Class == ClassSuccess:
 			return nil
-		case Fatal:
+		case d.Reason == idem.DeadPermanent:
 			return err
-		case Failure:
-			counted++
-			if q.MaxAttempts > 0 && counted >= q.MaxAttempts {
-				return &ExhaustedError{Attempts: counted, Err: err}
-			}
+		case d.GiveUp():
+			return &ExhaustedError{Attempts: f.Counted + 1, Err: err}
+		case d.Counted():
+			f.Counted++
+		default:
+			f.Infrastructure++
 		}
-		d := q.delay(failures)
-		if ra, ok := RetryAfter(err); ok && ra > d {
-			d = ra
-		}
-		t := time.NewTimer(d)
+		t := time.NewTimer(d.Delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()

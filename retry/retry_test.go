@@ -134,15 +134,15 @@ func TestClassify(t *testing.T) {
 		err  error
 		want Class
 	}{
-		{nil, Success},
-		{base, Failure},
-		{fmt.Errorf("wrapped: %w", base), Failure},
-		{idem.Retryable(base), Infrastructure},
-		{fmt.Errorf("x: %w", idem.Retryable(base)), Infrastructure},
-		{Permanent(base), Fatal},
-		{Permanent(idem.Retryable(base)), Fatal},
-		{fmt.Errorf("x: %w", Permanent(base)), Fatal},
-		{After(time.Second, base), Failure},
+		{nil, ClassSuccess},
+		{base, ClassFailure},
+		{fmt.Errorf("wrapped: %w", base), ClassFailure},
+		{idem.Retryable(base), ClassInfrastructure},
+		{fmt.Errorf("x: %w", idem.Retryable(base)), ClassInfrastructure},
+		{Permanent(base), ClassPermanent},
+		{Permanent(idem.Retryable(base)), ClassPermanent},
+		{fmt.Errorf("x: %w", Permanent(base)), ClassPermanent},
+		{After(time.Second, base), ClassFailure},
 	}
 	for _, c := range cases {
 		if got := Classify(c.err); got != c.want {
@@ -158,7 +158,7 @@ func TestClassify(t *testing.T) {
 	if Permanent(base).Error() != "boom" || After(1, base).Error() != "boom" {
 		t.Fatal("wrappers must keep the message")
 	}
-	for _, c := range []Class{Success, Failure, Infrastructure, Fatal, Class(99)} {
+	for _, c := range []Class{ClassSuccess, ClassFailure, ClassInfrastructure, ClassPermanent, Class(99)} {
 		if c.String() == "" {
 			t.Fatal("empty Class string")
 		}
@@ -188,6 +188,55 @@ func TestRetryAfterHonoured(t *testing.T) {
 	}
 	if d, _ := RetryAfter(After(-time.Second, errors.New("x"))); d != 0 {
 		t.Fatalf("negative After = %v", d)
+	}
+}
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	p := &Policy{Base: time.Second, Cap: 8 * time.Second, MaxAttempts: 3, Jitter: NoJitter}
+	boom := errors.New("boom")
+	outage := idem.Retryable(errors.New("connection refused"))
+	cases := []struct {
+		name     string
+		p        *Policy
+		f        Failures
+		err      error
+		class    Class
+		reason   idem.DeadReason
+		delay    time.Duration
+		counted  bool
+		jittered bool // the delay is drawn from [0, delay]
+	}{
+		{name: "success", p: p, err: nil, class: ClassSuccess},
+		{name: "first failure", p: p, err: boom, class: ClassFailure, delay: time.Second, counted: true},
+		{name: "second failure", p: p, f: Failures{Counted: 1}, err: boom, class: ClassFailure, delay: 2 * time.Second, counted: true},
+		{name: "max attempts", p: p, f: Failures{Counted: 2}, err: boom, class: ClassFailure, reason: idem.DeadMaxAttempts, counted: true},
+		{name: "past max attempts", p: p, f: Failures{Counted: 7}, err: boom, class: ClassFailure, reason: idem.DeadMaxAttempts, counted: true},
+		{name: "infrastructure failures grow the backoff", p: p, f: Failures{Counted: 1, Infrastructure: 1}, err: boom, class: ClassFailure, delay: 4 * time.Second, counted: true},
+		{name: "infrastructure does not count", p: p, f: Failures{Counted: 2, Infrastructure: 9}, err: outage, class: ClassInfrastructure, delay: 8 * time.Second},
+		{name: "permanent", p: p, err: fmt.Errorf("decode: %w", Permanent(boom)), class: ClassPermanent, reason: idem.DeadPermanent, counted: true},
+		{name: "permanent outage", p: p, err: Permanent(outage), class: ClassPermanent, reason: idem.DeadPermanent, counted: true},
+		{name: "retry-after raises the delay", p: p, err: After(time.Hour, boom), class: ClassFailure, delay: time.Hour, counted: true},
+		{name: "retry-after on an outage", p: p, f: Failures{Infrastructure: 3}, err: After(time.Minute, outage), class: ClassInfrastructure, delay: time.Minute},
+		{name: "shorter retry-after keeps the schedule", p: p, f: Failures{Counted: 1}, err: After(time.Millisecond, boom), class: ClassFailure, delay: 2 * time.Second, counted: true},
+		{name: "retry-after does not outlive max attempts", p: p, f: Failures{Counted: 2}, err: After(time.Hour, boom), class: ClassFailure, reason: idem.DeadMaxAttempts, counted: true},
+		{name: "unlimited", p: &Policy{MaxAttempts: -1, Jitter: NoJitter}, f: Failures{Counted: 1000}, err: boom, class: ClassFailure, delay: DefaultCap, counted: true},
+		{name: "nil policy retries", p: nil, f: Failures{Counted: DefaultMaxAttempts - 2}, err: boom, class: ClassFailure, delay: 8 * time.Second, counted: true, jittered: true},
+		{name: "nil policy gives up at the default", p: nil, f: Failures{Counted: DefaultMaxAttempts - 1}, err: boom, class: ClassFailure, reason: idem.DeadMaxAttempts, counted: true},
+	}
+	for _, c := range cases {
+		d := c.p.Decide(c.f, c.err)
+		if d.Class != c.class || d.Reason != c.reason || d.GiveUp() != (c.reason != "") || d.Counted() != c.counted {
+			t.Errorf("%s: Decide(%+v, %v) = %+v (give up %v, counted %v)", c.name, c.f, c.err, d, d.GiveUp(), d.Counted())
+			continue
+		}
+		if c.jittered {
+			if d.Delay < 0 || d.Delay > c.delay {
+				t.Errorf("%s: delay %v outside [0, %v]", c.name, d.Delay, c.delay)
+			}
+		} else if d.Delay != c.delay {
+			t.Errorf("%s: delay %v, want %v", c.name, d.Delay, c.delay)
+		}
 	}
 }
 
