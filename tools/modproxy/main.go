@@ -1,0 +1,193 @@
+// Command modproxy writes a file-based Go module proxy (a GOPROXY=file://
+// directory) made from the checkout: every module the workspace publishes,
+// at the version it will be published under, exactly as the go command would
+// download it from a real proxy after the tags are pushed.
+//
+//	go run ./modproxy -work ../go.work -out /tmp/proxy [-version v0.2.0]
+//
+// The published modules are the ones go.work's replace block maps from a
+// version to a directory ("github.com/idem-go/idem/store/idempgx v0.1.0 =>
+// ./store/idempgx"); modules used only in the workspace (bench, sdktest,
+// tools) have no such line and are left out. Each gets @v/list, .info, .mod
+// and .zip; the zip is made by golang.org/x/mod/zip, which applies the
+// module zip rules (nested modules, vendor and VCS directories left out, size
+// limits, case-insensitive name clashes refused), so a checkout that could
+// not be published fails here.
+//
+// .ci/installcheck uses it to install cmd/idem and build a user module with
+// GOWORK=off against the module graph as it will be published.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/module"
+	"golang.org/x/mod/semver"
+	modzip "golang.org/x/mod/zip"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "modproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("modproxy", flag.ContinueOnError)
+	work := fs.String("work", "go.work", "the workspace file whose replace block names the published modules")
+	out := fs.String("out", "", "the proxy directory to write (created if missing)")
+	version := fs.String("version", "", "publish every module at this version (default: the version in go.work's replace block)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return errors.New("-out is required")
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	mods, err := published(*work)
+	if err != nil {
+		return err
+	}
+	t := time.Now().UTC().Truncate(time.Second)
+	for _, m := range mods {
+		if *version != "" {
+			m.Version = *version
+		}
+		if err := write(*out, m, t); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s %s\n", m.Path, m.Version)
+	}
+	return nil
+}
+
+// mod is one published module: its path and version, and where it lives.
+type mod struct {
+	Path, Version, Dir string
+}
+
+func (m mod) mv() module.Version { return module.Version{Path: m.Path, Version: m.Version} }
+
+// published reads the workspace file and returns the modules its replace
+// block maps from a version to a directory, checking that each directory
+// holds that module.
+func published(workFile string) ([]mod, error) {
+	data, err := os.ReadFile(workFile)
+	if err != nil {
+		return nil, err
+	}
+	wf, err := modfile.ParseWork(workFile, data, nil)
+	if err != nil {
+		return nil, err
+	}
+	var mods []mod
+	for _, r := range wf.Replace {
+		if r.Old.Version == "" || r.New.Version != "" || !modfile.IsDirectoryPath(r.New.Path) {
+			continue
+		}
+		dir := r.New.Path
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(filepath.Dir(workFile), dir)
+		}
+		gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", r.Old.Path, r.Old.Version, err)
+		}
+		if got := modfile.ModulePath(gomod); got != r.Old.Path {
+			return nil, fmt.Errorf("%s: go.work replaces %s with it, but its go.mod says module %q", dir, r.Old.Path, got)
+		}
+		mods = append(mods, mod{Path: r.Old.Path, Version: r.Old.Version, Dir: dir})
+	}
+	if len(mods) == 0 {
+		return nil, fmt.Errorf("%s: no replace directive maps a module version to a directory", workFile)
+	}
+	return mods, nil
+}
+
+// write adds m to the proxy directory out.
+func write(out string, m mod, t time.Time) error {
+	if !semver.IsValid(m.Version) || semver.Canonical(m.Version) != m.Version {
+		return fmt.Errorf("%s: %q is not a canonical semantic version", m.Path, m.Version)
+	}
+	if err := module.Check(m.Path, m.Version); err != nil {
+		return err
+	}
+	esc, err := module.EscapePath(m.Path)
+	if err != nil {
+		return err
+	}
+	ver, err := module.EscapeVersion(m.Version)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(out, filepath.FromSlash(esc), "@v")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	gomod, err := os.ReadFile(filepath.Join(m.Dir, "go.mod"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ver+".mod"), gomod, 0o644); err != nil {
+		return err
+	}
+	info, err := json.Marshal(struct {
+		Version string
+		Time    time.Time
+	}{m.Version, t})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ver+".info"), info, 0o644); err != nil {
+		return err
+	}
+	if err := writeZip(filepath.Join(dir, ver+".zip"), m); err != nil {
+		return err
+	}
+	return addToList(filepath.Join(dir, "list"), m.Version)
+}
+
+// writeZip writes the module zip of m to name, removing it again if the
+// checkout breaks a module zip rule.
+func writeZip(name string, m mod) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	err = modzip.CreateFromDir(f, m.mv(), m.Dir)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(name)
+		return fmt.Errorf("%s %s: %w", m.Path, m.Version, err)
+	}
+	return nil
+}
+
+// addToList adds version to the @v/list file name, keeping it sorted.
+func addToList(name, version string) error {
+	data, err := os.ReadFile(name)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	versions := strings.Fields(string(data))
+	if !slices.Contains(versions, version) {
+		versions = append(versions, version)
+	}
+	semver.Sort(versions)
+	return os.WriteFile(name, []byte(strings.Join(versions, "\n")+"\n"), 0o644)
+}
