@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/idem-go/idem/internal/keeper"
 )
 
 // GuardConfig configures a [Guard]. The zero value, and a nil pointer, mean
@@ -272,7 +272,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	hb := g.startHeartbeat(ctx, run, cancelRun)
-	defer func() { ev.Heartbeats, ev.SlowestHeartbeat = hb.count, hb.slowest }()
+	defer func() { ev.Heartbeats, ev.SlowestHeartbeat = hb.Stats() }()
 
 	// Cleanup must happen even when the caller's context is already done:
 	// otherwise a cancelled request would leave the key locked until the
@@ -286,7 +286,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 		if !panicked {
 			return
 		}
-		hb.stop()
+		hb.Stop()
 		cctx, cancel := cleanupCtx()
 		defer cancel()
 		if rerr := g.store.Release(cctx, call.Scope, call.Key, run.Token); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
@@ -297,8 +297,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	panicked = false
 
 	if fnErr != nil && !IsFinal(fnErr) {
-		lost := hb.stop()
-		if lost {
+		if lost := hb.Stop(); lost != nil {
 			ev.Outcome = LeaseLost
 			return res, fmt.Errorf("%w (scope %q, key %q): %w", ErrLeaseLost, call.Scope, call.Key, fnErr)
 		}
@@ -315,8 +314,8 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 		}
 		return res, fnErr
 	}
-	if hb.lostNow() {
-		hb.stop()
+	if hb.Lost() != nil {
+		hb.Stop()
 		ev.Outcome = LeaseLost
 		return res, fmt.Errorf("%w (scope %q, key %q) before the result could be stored", ErrLeaseLost, call.Scope, call.Key)
 	}
@@ -334,7 +333,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	// that a retry of the operation gets ErrInProgress and then the replay,
 	// not a second execution.
 	cerr := g.complete(ctx, req, hb)
-	hb.stop()
+	hb.Stop()
 	if cerr != nil {
 		ev.Outcome = NotRecorded
 		if errors.Is(cerr, ErrLeaseLost) {
@@ -354,7 +353,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 // attempt that timed out) is retried with a growing pause while the
 // heartbeat holds the lease, for at most one lease; any other error, and
 // ErrLeaseLost, ends it at once.
-func (g *Guard) complete(ctx context.Context, req CompleteRequest, hb *heartbeat) error {
+func (g *Guard) complete(ctx context.Context, req CompleteRequest, hb *keeper.Keeper) error {
 	attempt := func() error {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.cfg.Lease/3, time.Second))
 		defer cancel()
@@ -365,12 +364,14 @@ func (g *Guard) complete(ctx context.Context, req CompleteRequest, hb *heartbeat
 	for {
 		// No heartbeat runs while an attempt does: one sent after the
 		// record is written would find the lease gone.
-		hb.mu.Lock()
-		err := attempt()
-		final := err == nil || errors.Is(err, ErrLeaseLost) ||
-			!(IsRetryable(err) || errors.Is(err, context.DeadlineExceeded)) || !time.Now().Before(giveUp)
-		hb.finished = final
-		hb.mu.Unlock()
+		var err error
+		final := false
+		hb.Exclusive(func() bool {
+			err = attempt()
+			final = err == nil || errors.Is(err, ErrLeaseLost) ||
+				!(IsRetryable(err) || errors.Is(err, context.DeadlineExceeded)) || !time.Now().Before(giveUp)
+			return final
+		})
 		if final {
 			return err
 		}
@@ -379,7 +380,7 @@ func (g *Guard) complete(ctx context.Context, req CompleteRequest, hb *heartbeat
 		t := time.NewTimer(min(pause, time.Until(giveUp)))
 		select {
 		case <-t.C:
-		case <-hb.done:
+		case <-hb.Done():
 			// The heartbeat gave up: the store was unreachable for a whole
 			// lease, or the lease was lost. One last attempt; fencing
 			// refuses it if another caller has taken over meanwhile.
@@ -390,88 +391,25 @@ func (g *Guard) complete(ctx context.Context, req CompleteRequest, hb *heartbeat
 	}
 }
 
-// heartbeat extends a lease while the guarded function runs.
-type heartbeat struct {
-	done chan struct{} // closed when the heartbeat goroutine ends
-	quit chan struct{}
-	lost atomic.Bool
-	// mu is held by each heartbeat and by each attempt to record the
-	// result; finished, set once the result is recorded (or given up),
-	// stops the heartbeat.
-	mu       sync.Mutex
-	finished bool
-	// count and slowest are written by the heartbeat goroutine and read
-	// only after done is closed.
-	count   int
-	slowest time.Duration
-}
-
-func (g *Guard) startHeartbeat(ctx context.Context, run Run, cancelRun context.CancelCauseFunc) *heartbeat {
-	hb := &heartbeat{done: make(chan struct{}), quit: make(chan struct{})}
+// startHeartbeat keeps run's lease while fn runs; a lost lease cancels
+// fn's context with a cause wrapping ErrLeaseLost.
+func (g *Guard) startHeartbeat(ctx context.Context, run Run, cancelRun context.CancelCauseFunc) *keeper.Keeper {
 	lease := g.cfg.Lease
-	go func() {
-		defer close(hb.done)
-		// The local deadline uses the monotonic clock: if the store cannot be
-		// reached for a whole lease, assume another caller took over.
-		deadline := time.Now().Add(lease)
-		ticker := time.NewTicker(lease / 3)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-hb.quit:
-				return
-			case <-ticker.C:
+	return keeper.Start(ctx, keeper.Config{
+		Lease:   lease,
+		ErrLost: ErrLeaseLost,
+		Extend: func(ctx context.Context) error {
+			_, err := g.store.Extend(ctx, run.Scope, run.Key, run.Token, lease)
+			if errors.Is(err, ErrLeaseLost) {
+				return fmt.Errorf("%w (scope %q, key %q, token %d)", ErrLeaseLost, run.Scope, run.Key, run.Token)
 			}
-			hb.mu.Lock()
-			if hb.finished {
-				hb.mu.Unlock()
-				return
-			}
-			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease/3)
-			sent := time.Now()
-			_, err := g.store.Extend(ectx, run.Scope, run.Key, run.Token, lease)
-			cancel()
-			hb.mu.Unlock()
-			took := time.Since(sent)
-			hb.count++
-			hb.slowest = max(hb.slowest, took)
-			if took >= lease/3 {
-				g.cfg.Logger.Warn("idem: lease heartbeat is slow for the lease; the lease may expire while the operation runs",
-					"scope", run.Scope, "key", run.Key, "took", took, "lease", lease)
-			}
-			switch {
-			case err == nil:
-				deadline = sent.Add(lease)
-			case errors.Is(err, ErrLeaseLost):
-				hb.lost.Store(true)
-				cancelRun(fmt.Errorf("%w (scope %q, key %q, token %d)", ErrLeaseLost, run.Scope, run.Key, run.Token))
-				return
-			default:
-				g.cfg.Logger.Warn("idem: lease heartbeat failed", "scope", run.Scope, "key", run.Key, "err", err)
-				if !time.Now().Before(deadline) {
-					hb.lost.Store(true)
-					cancelRun(fmt.Errorf("%w (scope %q, key %q): store unreachable for a whole lease: %w", ErrLeaseLost, run.Scope, run.Key, err))
-					return
-				}
-			}
-		}
-	}()
-	return hb
+			return err
+		},
+		OnLost:  cancelRun,
+		Logger:  g.cfg.Logger,
+		LogArgs: []any{"scope", run.Scope, "key", run.Key},
+	})
 }
-
-// stop ends the heartbeat and reports whether the lease was lost.
-func (hb *heartbeat) stop() bool {
-	select {
-	case <-hb.quit:
-	default:
-		close(hb.quit)
-	}
-	<-hb.done
-	return hb.lost.Load()
-}
-
-// lostNow reports whether the heartbeat has found the lease lost so far.
-func (hb *heartbeat) lostNow() bool { return hb.lost.Load() }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
