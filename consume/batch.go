@@ -12,9 +12,10 @@ import (
 // BatchProcessFunc runs the user's handler once for a batch: msgs[i]
 // belongs to ds[i]. It records every message's dedupe record and the
 // effects of the fresh ones in one transaction (a closure over a SQL
-// store's ProcessBatch), and returns one result per message: Processed,
-// Duplicate or Mismatched. An error means nothing was recorded.
-type BatchProcessFunc func(ctx context.Context, msgs []idem.Message, ds []Delivery) ([]idem.ProcessResult, error)
+// store's ProcessBatch), and returns one outcome per message:
+// idem.Processed, idem.Duplicate or idem.Mismatch. An error means nothing
+// was recorded.
+type BatchProcessFunc func(ctx context.Context, msgs []idem.Message, ds []Delivery) ([]idem.Outcome, error)
 
 // HandleBatch processes deliveries with one call to process: one dedupe
 // round trip and one transaction for all of them, which is where batch
@@ -23,8 +24,8 @@ type BatchProcessFunc func(ctx context.Context, msgs []idem.Message, ds []Delive
 // again one by one with [Engine.Handle], so that one bad message gets its
 // own retries and dead letter without holding back the others. It returns
 // the outcome of each delivery and the first settle error.
-func (e *Engine) HandleBatch(ctx context.Context, ds []Delivery, process BatchProcessFunc) ([]Outcome, error) {
-	outs := make([]Outcome, len(ds))
+func (e *Engine) HandleBatch(ctx context.Context, ds []Delivery, process BatchProcessFunc) ([]idem.Outcome, error) {
+	outs := make([]idem.Outcome, len(ds))
 	var firstErr error
 	keep := func(err error) {
 		if err != nil && firstErr == nil {
@@ -57,7 +58,7 @@ func (e *Engine) HandleBatch(ctx context.Context, ds []Delivery, process BatchPr
 	if err != nil {
 		if ctx.Err() != nil {
 			for _, i := range idx {
-				outs[i] = OutcomeAbandoned
+				outs[i] = idem.Abandoned
 			}
 			return outs, firstErr
 		}
@@ -72,18 +73,15 @@ func (e *Engine) HandleBatch(ctx context.Context, ds []Delivery, process BatchPr
 	for j, d := range batch {
 		st := d.State()
 		ev := Event{Consumer: e.cfg.Name, ID: d.ID(), Key: msgs[j].Key, Attempt: st.Attempts + 1}
-		var out Outcome
+		var out idem.Outcome
 		var serr error
 		switch results[j] {
 		case idem.Processed, idem.Duplicate:
-			out = OutcomeProcessed
-			if results[j] == idem.Duplicate {
-				out = OutcomeDuplicate
-			}
+			out = results[j]
 			serr = wrapSettle("ack", d.Ack(ctx))
-		case idem.Mismatched:
-			ev.Reason = ReasonIDConflict
-			out, serr = e.deadLetter(ctx, d, st, ReasonIDConflict,
+		case idem.Mismatch:
+			ev.Reason = idem.DeadMismatch
+			out, serr = e.deadLetter(ctx, d, st, idem.DeadMismatch,
 				fmt.Errorf("%w (scope %q, key %q)", idem.ErrFingerprintMismatch, msgs[j].Scope, msgs[j].Key))
 		default:
 			out, serr = e.Handle(ctx, d)
@@ -99,7 +97,7 @@ func (e *Engine) HandleBatch(ctx context.Context, ds []Delivery, process BatchPr
 	return outs, firstErr
 }
 
-func (e *Engine) runBatch(ctx context.Context, msgs []idem.Message, ds []Delivery, process BatchProcessFunc) (res []idem.ProcessResult, err error) {
+func (e *Engine) runBatch(ctx context.Context, msgs []idem.Message, ds []Delivery, process BatchProcessFunc) (res []idem.Outcome, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, err = nil, errors.New("consume: batch handler panicked")

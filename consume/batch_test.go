@@ -13,10 +13,10 @@ import (
 // batch is the ledger's batch Process: all-or-nothing over the fresh
 // messages, failing when any handler fails.
 func (l *ledger) batch(handler func(ctx context.Context, d consume.Delivery) error) consume.BatchProcessFunc {
-	return func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.ProcessResult, error) {
+	return func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		res := make([]idem.ProcessResult, len(msgs))
+		res := make([]idem.Outcome, len(msgs))
 		fresh := map[string]idem.Fingerprint{}
 		for i, m := range msgs {
 			fp, ok := l.seen[m.Key]
@@ -25,7 +25,7 @@ func (l *ledger) batch(handler func(ctx context.Context, d consume.Delivery) err
 			}
 			switch {
 			case ok && fp != m.Fingerprint:
-				res[i] = idem.Mismatched
+				res[i] = idem.Mismatch
 			case ok:
 				res[i] = idem.Duplicate
 			default:
@@ -57,7 +57,7 @@ func TestHandleBatch(t *testing.T) {
 	l := newLedger()
 	e, c := newEngine(t, l.process(ok), nil)
 	ctx := context.Background()
-	if out, _ := e.Handle(ctx, &fakeDelivery{id: "old", body: []byte("o")}); out != consume.OutcomeProcessed {
+	if out, _ := e.Handle(ctx, &fakeDelivery{id: "old", body: []byte("o")}); out != idem.Processed {
 		t.Fatal(out)
 	}
 	ds := deliveries([2]string{"a", "1"}, [2]string{"old", "o"}, [2]string{"", "x"}, [2]string{"b", "2"}, [2]string{"a", "1"}, [2]string{"old", "changed"})
@@ -68,10 +68,10 @@ func TestHandleBatch(t *testing.T) {
 	if got := fmt.Sprint(outs); got != "[processed duplicate dead_lettered processed duplicate dead_lettered]" {
 		t.Fatal(got)
 	}
-	if r := ds[2].(*fakeDelivery).dl.Reason; r != consume.ReasonMissingID {
+	if r := ds[2].(*fakeDelivery).dl.Reason; r != idem.DeadMissingID {
 		t.Fatal(r)
 	}
-	if r := ds[5].(*fakeDelivery).dl.Reason; r != consume.ReasonIDConflict {
+	if r := ds[5].(*fakeDelivery).dl.Reason; r != idem.DeadMismatch {
 		t.Fatal(r)
 	}
 	for i, d := range ds {
@@ -95,10 +95,10 @@ func TestHandleBatchFallsBackOneByOne(t *testing.T) {
 	for name, process := range map[string]func(l *ledger) consume.BatchProcessFunc{
 		"error": func(l *ledger) consume.BatchProcessFunc { return l.batch(poison) },
 		"panic": func(*ledger) consume.BatchProcessFunc {
-			return func(context.Context, []idem.Message, []consume.Delivery) ([]idem.ProcessResult, error) { panic("boom") }
+			return func(context.Context, []idem.Message, []consume.Delivery) ([]idem.Outcome, error) { panic("boom") }
 		},
 		"short results": func(*ledger) consume.BatchProcessFunc {
-			return func(context.Context, []idem.Message, []consume.Delivery) ([]idem.ProcessResult, error) {
+			return func(context.Context, []idem.Message, []consume.Delivery) ([]idem.Outcome, error) {
 				return nil, nil
 			}
 		},
@@ -124,14 +124,14 @@ func TestHandleBatchCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := newLedger()
 	e, _ := newEngine(t, l.process(ok), nil)
-	outs, err := e.HandleBatch(ctx, deliveries([2]string{"a", "1"}), func(ctx context.Context, _ []idem.Message, _ []consume.Delivery) ([]idem.ProcessResult, error) {
+	outs, err := e.HandleBatch(ctx, deliveries([2]string{"a", "1"}), func(ctx context.Context, _ []idem.Message, _ []consume.Delivery) ([]idem.Outcome, error) {
 		cancel()
 		return nil, ctx.Err()
 	})
-	if err != nil || outs[0] != consume.OutcomeAbandoned {
+	if err != nil || outs[0] != idem.Abandoned {
 		t.Fatal(outs, err)
 	}
-	if outs, _ := e.HandleBatch(context.Background(), deliveries([2]string{"", "x"}), l.batch(ok)); outs[0] != consume.OutcomeDeadLettered {
+	if outs, _ := e.HandleBatch(context.Background(), deliveries([2]string{"", "x"}), l.batch(ok)); outs[0] != idem.DeadLettered {
 		t.Fatal(outs)
 	}
 }

@@ -9,16 +9,17 @@
 //   - It runs the user's idempotent [ProcessFunc]: the SQL stores' Process
 //     (dedupe record and effect in one transaction) or [GuardProcess] over
 //     an idem.Guard for effects outside the database.
-//   - Processed or Duplicate: the delivery is acked, only after the commit.
+//   - idem.Processed or idem.Duplicate: the delivery is acked, only after
+//     the commit.
 //   - A handler error is retried with full-jitter backoff through
 //     [Delivery.Retry] until the retry policy's MaxAttempts, and then
 //     dead-lettered with its failure metadata ([DeadLetter]).
 //   - retry.Permanent errors are dead-lettered at once; the same id with a
-//     different payload is dead-lettered with reason [ReasonIDConflict].
+//     different payload is dead-lettered with reason idem.DeadMismatch.
 //   - Infrastructure errors (idem.IsRetryable: a lost database connection,
 //     a serialization failure) are retried with backoff but never count
 //     toward MaxAttempts, so an outage does not fill the dead letters.
-//   - A commit whose outcome is unknown ([ErrCommitUnknown]) is neither
+//   - A commit whose outcome is unknown (idem.ErrCommitUnknown) is neither
 //     acked nor counted: the delivery goes back to the broker and its
 //     redelivery is deduped.
 //

@@ -15,12 +15,6 @@ import (
 	"github.com/idem-go/idem/retry"
 )
 
-// ErrCommitUnknown marks an error after which nobody knows whether the
-// effect committed (the connection dropped during COMMIT). A [ProcessFunc]
-// wraps it with %w; the engine then neither acks nor counts the failure: it
-// hands the delivery back to the broker, whose redelivery is deduped.
-var ErrCommitUnknown = errors.New("idem: commit outcome unknown")
-
 // Delivery is one message as a broker adapter hands it to the [Engine].
 // The engine calls exactly one of Ack, Retry, Requeue or DeadLetter per
 // Handle, or none when its context ends first (the broker then redelivers).
@@ -51,17 +45,20 @@ type Delivery interface {
 
 // ProcessFunc runs the user's handler for d at most once per msg.Key,
 // recording the dedupe record with the effect: typically a closure over a
-// SQL store's Process, or [GuardProcess]. It returns Processed, Duplicate,
-// or Mismatched (with or without an error wrapping
+// SQL store's Process, or [GuardProcess]. It returns idem.Processed,
+// idem.Duplicate, or idem.Mismatch (with or without an error wrapping
 // idem.ErrFingerprintMismatch); on a handler or store failure it returns
-// the error, classified by the retry package's rules.
-type ProcessFunc func(ctx context.Context, msg idem.Message, d Delivery) (idem.ProcessResult, error)
+// the error, classified by the retry package's rules. An error wrapping
+// idem.ErrCommitUnknown (the commit was sent and its answer lost) is
+// neither acked nor counted: the engine hands the delivery back to the
+// broker, whose redelivery is deduped.
+type ProcessFunc func(ctx context.Context, msg idem.Message, d Delivery) (idem.Outcome, error)
 
 // MissingID says what happens to a message that has no id.
 type MissingID int
 
 const (
-	// DeadLetterMissingID dead-letters it with reason [ReasonMissingID]:
+	// DeadLetterMissingID dead-letters it with reason idem.DeadMissingID:
 	// without an id, two publishes of the same event cannot be told from
 	// two events with the same content.
 	DeadLetterMissingID MissingID = iota
@@ -146,64 +143,30 @@ func (e *Engine) Config() Config { return e.cfg }
 // Policy returns the effective retry policy, defaults filled in.
 func (e *Engine) Policy() retry.Policy { return e.policy }
 
-// Outcome is what the engine did with a delivery.
-type Outcome int
-
-const (
-	// OutcomeProcessed: the handler ran, its effect committed, acked.
-	OutcomeProcessed Outcome = iota + 1
-	// OutcomeDuplicate: seen before; acked without running the handler.
-	OutcomeDuplicate
-	// OutcomeRetried: scheduled for a later attempt.
-	OutcomeRetried
-	// OutcomeDeadLettered: moved to the dead letters.
-	OutcomeDeadLettered
-	// OutcomeRequeued: handed back to the broker unsettled.
-	OutcomeRequeued
-	// OutcomeAbandoned: the context ended first; nothing was settled and
-	// the broker will redeliver.
-	OutcomeAbandoned
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeProcessed:
-		return "processed"
-	case OutcomeDuplicate:
-		return "duplicate"
-	case OutcomeRetried:
-		return "retried"
-	case OutcomeDeadLettered:
-		return "dead_lettered"
-	case OutcomeRequeued:
-		return "requeued"
-	case OutcomeAbandoned:
-		return "abandoned"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
 // Key returns the dedupe key for d under the engine's MissingID policy, or
-// the dead-letter reason when it has none.
-func (e *Engine) Key(d Delivery) (key, reason string) {
+// the dead-letter reason when it has none (idem.DeadMissingID,
+// idem.DeadInvalidID).
+func (e *Engine) Key(d Delivery) (key string, reason idem.DeadReason) {
 	id := d.ID()
 	if id == "" {
 		if e.cfg.MissingID != ContentKey {
-			return "", ReasonMissingID
+			return "", idem.DeadMissingID
 		}
 		sum := sha256.Sum256(d.Body())
 		return hex.EncodeToString(sum[:]), ""
 	}
 	if idem.ValidateKey(id) != nil {
-		return "", ReasonInvalidID
+		return "", idem.DeadInvalidID
 	}
 	return id, ""
 }
 
 // Handle processes one delivery and settles it. The returned error reports
 // a failure to settle (the broker will redeliver, and the redelivery is
-// deduped); the Outcome says what the engine decided.
-func (e *Engine) Handle(ctx context.Context, d Delivery) (Outcome, error) {
+// deduped); the Outcome says what the engine decided: idem.Processed,
+// idem.Duplicate, idem.Retried, idem.DeadLettered, idem.Requeued or
+// idem.Abandoned.
+func (e *Engine) Handle(ctx context.Context, d Delivery) (idem.Outcome, error) {
 	start := time.Now()
 	st := d.State()
 	ev := Event{Consumer: e.cfg.Name, ID: d.ID(), Attempt: st.Attempts + 1}
@@ -220,7 +183,7 @@ func (e *Engine) Handle(ctx context.Context, d Delivery) (Outcome, error) {
 	return out, err
 }
 
-func (e *Engine) handle(ctx context.Context, d Delivery, st State, ev *Event) (Outcome, error) {
+func (e *Engine) handle(ctx context.Context, d Delivery, st State, ev *Event) (idem.Outcome, error) {
 	key, reason := e.Key(d)
 	if reason != "" {
 		ev.Reason = reason
@@ -231,30 +194,26 @@ func (e *Engine) handle(ctx context.Context, d Delivery, st State, ev *Event) (O
 	res, err := e.run(ctx, msg, d)
 	ev.Err = err
 	switch {
-	case res == idem.Mismatched || errors.Is(err, idem.ErrFingerprintMismatch):
-		ev.Reason = ReasonIDConflict
+	case res == idem.Mismatch || errors.Is(err, idem.ErrFingerprintMismatch):
+		ev.Reason = idem.DeadMismatch
 		if err == nil {
 			err = fmt.Errorf("%w (scope %q, key %q)", idem.ErrFingerprintMismatch, msg.Scope, msg.Key)
 		}
-		return e.deadLetter(ctx, d, st, ReasonIDConflict, err)
+		return e.deadLetter(ctx, d, st, idem.DeadMismatch, err)
 	case err == nil && (res == idem.Processed || res == idem.Duplicate):
-		out := OutcomeProcessed
-		if res == idem.Duplicate {
-			out = OutcomeDuplicate
-		}
-		return out, wrapSettle("ack", d.Ack(ctx))
+		return res, wrapSettle("ack", d.Ack(ctx))
 	case err == nil:
 		err = fmt.Errorf("consume: ProcessFunc returned %v without an error", res)
 	}
 	if ctx.Err() != nil {
 		// Shutting down: the handler was interrupted, not wrong.
-		return OutcomeAbandoned, nil
+		return idem.Abandoned, nil
 	}
-	if errors.Is(err, ErrCommitUnknown) {
+	if errors.Is(err, idem.ErrCommitUnknown) {
 		if serr := retry.Sleep(ctx, e.policy.Delay(st.Failures())); serr != nil {
-			return OutcomeAbandoned, nil
+			return idem.Abandoned, nil
 		}
-		return OutcomeRequeued, wrapSettle("requeue", d.Requeue(ctx))
+		return idem.Requeued, wrapSettle("requeue", d.Requeue(ctx))
 	}
 	now := e.cfg.Now()
 	next := st
@@ -266,27 +225,27 @@ func (e *Engine) handle(ctx context.Context, d Delivery, st State, ev *Event) (O
 	switch retry.Classify(err) {
 	case retry.ClassPermanent:
 		next.Attempts++
-		ev.Reason = ReasonPermanent
-		return e.deadLetterState(ctx, d, next, ReasonPermanent)
+		ev.Reason = idem.DeadPermanent
+		return e.deadLetterState(ctx, d, next, idem.DeadPermanent)
 	case retry.ClassInfrastructure:
 		next.InfraRetries++
 		ev.Infrastructure = true
 	default:
 		next.Attempts++
 		if e.policy.MaxAttempts > 0 && next.Attempts >= e.policy.MaxAttempts {
-			ev.Reason = ReasonMaxAttempts
-			return e.deadLetterState(ctx, d, next, ReasonMaxAttempts)
+			ev.Reason = idem.DeadMaxAttempts
+			return e.deadLetterState(ctx, d, next, idem.DeadMaxAttempts)
 		}
 	}
 	delay := e.policy.DelayFor(st.Failures(), err)
 	ev.Delay = delay
-	return OutcomeRetried, wrapSettle("retry", d.Retry(ctx, delay, next))
+	return idem.Retried, wrapSettle("retry", d.Retry(ctx, delay, next))
 }
 
 // run calls the ProcessFunc, turning a panic into a counted failure so that
 // a poison message is retried and dead-lettered instead of killing the
 // consumer.
-func (e *Engine) run(ctx context.Context, msg idem.Message, d Delivery) (res idem.ProcessResult, err error) {
+func (e *Engine) run(ctx context.Context, msg idem.Message, d Delivery) (res idem.Outcome, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			e.cfg.Logger.Error("idem: handler panicked", "consumer", e.cfg.Name, "key", msg.Key, "panic", p, "stack", string(debug.Stack()))
@@ -296,7 +255,7 @@ func (e *Engine) run(ctx context.Context, msg idem.Message, d Delivery) (res ide
 	return e.process(ctx, msg, d)
 }
 
-func (e *Engine) deadLetter(ctx context.Context, d Delivery, st State, reason string, cause error) (Outcome, error) {
+func (e *Engine) deadLetter(ctx context.Context, d Delivery, st State, reason idem.DeadReason, cause error) (idem.Outcome, error) {
 	now := e.cfg.Now()
 	if st.FirstFailure.IsZero() {
 		st.FirstFailure = now
@@ -306,9 +265,9 @@ func (e *Engine) deadLetter(ctx context.Context, d Delivery, st State, reason st
 	return e.deadLetterState(ctx, d, st, reason)
 }
 
-func (e *Engine) deadLetterState(ctx context.Context, d Delivery, st State, reason string) (Outcome, error) {
+func (e *Engine) deadLetterState(ctx context.Context, d Delivery, st State, reason idem.DeadReason) (idem.Outcome, error) {
 	dl := DeadLetter{State: st, Reason: reason, Consumer: e.cfg.Name, Origin: d.Origin()}
-	return OutcomeDeadLettered, wrapSettle("dead-letter", d.DeadLetter(ctx, dl))
+	return idem.DeadLettered, wrapSettle("dead-letter", d.DeadLetter(ctx, dl))
 }
 
 func wrapSettle(op string, err error) error {

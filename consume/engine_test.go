@@ -77,12 +77,12 @@ func newLedger() *ledger {
 }
 
 func (l *ledger) process(handler func(ctx context.Context, d consume.Delivery) error) consume.ProcessFunc {
-	return func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+	return func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if fp, ok := l.seen[msg.Key]; ok {
 			if fp != msg.Fingerprint {
-				return idem.Mismatched, fmt.Errorf("ledger: %w", idem.ErrFingerprintMismatch)
+				return idem.Mismatch, fmt.Errorf("ledger: %w", idem.ErrFingerprintMismatch)
 			}
 			return idem.Duplicate, nil
 		}
@@ -123,7 +123,7 @@ func TestProcessedThenDuplicate(t *testing.T) {
 	t.Parallel()
 	l := newLedger()
 	e, c := newEngine(t, l.process(ok), nil)
-	for i, want := range []consume.Outcome{consume.OutcomeProcessed, consume.OutcomeDuplicate, consume.OutcomeDuplicate} {
+	for i, want := range []idem.Outcome{idem.Processed, idem.Duplicate, idem.Duplicate} {
 		d := &fakeDelivery{id: "m1", body: []byte(`{"amount":5}`)}
 		out, err := e.Handle(context.Background(), d)
 		if err != nil || out != want || d.ops() != "ack" {
@@ -138,7 +138,7 @@ func TestProcessedThenDuplicate(t *testing.T) {
 func TestAckOnlyAfterCommit(t *testing.T) {
 	t.Parallel()
 	var committed atomic.Bool
-	p := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+	p := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		if strings.Contains(d.(*fakeDelivery).ops(), "ack") {
 			t.Error("acked before the commit")
 		}
@@ -152,7 +152,7 @@ func TestAckOnlyAfterCommit(t *testing.T) {
 		}
 		return nil
 	}}
-	if out, err := e.Handle(context.Background(), d); out != consume.OutcomeProcessed || err != nil {
+	if out, err := e.Handle(context.Background(), d); out != idem.Processed || err != nil {
 		t.Fatal(out, err)
 	}
 }
@@ -172,7 +172,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		if attempt < 2 {
-			if out != consume.OutcomeRetried || d.delay != wantDelays[attempt] || d.next.Attempts != attempt+1 {
+			if out != idem.Retried || d.delay != wantDelays[attempt] || d.next.Attempts != attempt+1 {
 				t.Fatalf("attempt %d: %v delay %v state %+v", attempt, out, d.delay, d.next)
 			}
 			if d.next.LastError != "gateway timeout" || d.next.FirstFailure.IsZero() {
@@ -181,11 +181,11 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			st = d.next
 			continue
 		}
-		if out != consume.OutcomeDeadLettered || d.ops() != "dead-letter" {
+		if out != idem.DeadLettered || d.ops() != "dead-letter" {
 			t.Fatalf("attempt %d: %v, %q", attempt, out, d.ops())
 		}
 		dl := d.dl
-		if dl.Reason != consume.ReasonMaxAttempts || dl.Attempts != 3 || dl.Consumer != "payments" || dl.Origin != "orders/created" || dl.LastError != "gateway timeout" {
+		if dl.Reason != idem.DeadMaxAttempts || dl.Attempts != 3 || dl.Consumer != "payments" || dl.Origin != "orders/created" || dl.LastError != "gateway timeout" {
 			t.Fatalf("dead letter %+v", dl)
 		}
 		break
@@ -203,7 +203,7 @@ func TestPermanentDeadLettersAtOnce(t *testing.T) {
 	}), nil)
 	d := &fakeDelivery{id: "m", body: []byte("{")}
 	out, err := e.Handle(context.Background(), d)
-	if err != nil || out != consume.OutcomeDeadLettered || d.dl.Reason != consume.ReasonPermanent || d.dl.Attempts != 1 {
+	if err != nil || out != idem.DeadLettered || d.dl.Reason != idem.DeadPermanent || d.dl.Attempts != 1 {
 		t.Fatalf("%v %v %+v", out, err, d.dl)
 	}
 }
@@ -218,7 +218,7 @@ func TestInfrastructureErrorsDoNotCount(t *testing.T) {
 	for i := range 20 {
 		d := &fakeDelivery{id: "m", state: st}
 		out, err := e.Handle(context.Background(), d)
-		if err != nil || out != consume.OutcomeRetried {
+		if err != nil || out != idem.Retried {
 			t.Fatalf("retry %d: %v %v", i, out, err)
 		}
 		if d.next.Attempts != 2 || d.next.InfraRetries != i+1 {
@@ -241,7 +241,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		return retry.After(time.Minute, errors.New("rate limited"))
 	}), nil)
 	d := &fakeDelivery{id: "m"}
-	if out, _ := e.Handle(context.Background(), d); out != consume.OutcomeRetried || d.delay < time.Minute {
+	if out, _ := e.Handle(context.Background(), d); out != idem.Retried || d.delay < time.Minute {
 		t.Fatalf("%v delay %v", out, d.delay)
 	}
 }
@@ -251,23 +251,23 @@ func TestIDConflict(t *testing.T) {
 	l := newLedger()
 	e, c := newEngine(t, l.process(ok), nil)
 	ctx := context.Background()
-	if out, _ := e.Handle(ctx, &fakeDelivery{id: "m", body: []byte(`{"amount":5}`)}); out != consume.OutcomeProcessed {
+	if out, _ := e.Handle(ctx, &fakeDelivery{id: "m", body: []byte(`{"amount":5}`)}); out != idem.Processed {
 		t.Fatal(out)
 	}
 	d := &fakeDelivery{id: "m", body: []byte(`{"amount":500}`)}
 	out, err := e.Handle(ctx, d)
-	if err != nil || out != consume.OutcomeDeadLettered || d.dl.Reason != consume.ReasonIDConflict {
+	if err != nil || out != idem.DeadLettered || d.dl.Reason != idem.DeadMismatch {
 		t.Fatalf("%v %v %+v", out, err, d.dl)
 	}
 	if !strings.Contains(d.dl.LastError, "different payload") || l.effects["m"] != 1 {
 		t.Fatalf("dead letter %+v, effects %v", d.dl, l.effects)
 	}
-	// A ProcessFunc that reports Mismatched without an error is handled too.
-	e2, _ := newEngine(t, func(context.Context, idem.Message, consume.Delivery) (idem.ProcessResult, error) {
-		return idem.Mismatched, nil
+	// A ProcessFunc that reports Mismatch without an error is handled too.
+	e2, _ := newEngine(t, func(context.Context, idem.Message, consume.Delivery) (idem.Outcome, error) {
+		return idem.Mismatch, nil
 	}, nil)
 	d2 := &fakeDelivery{id: "m"}
-	if out, _ := e2.Handle(ctx, d2); out != consume.OutcomeDeadLettered || d2.dl.Reason != consume.ReasonIDConflict {
+	if out, _ := e2.Handle(ctx, d2); out != idem.DeadLettered || d2.dl.Reason != idem.DeadMismatch {
 		t.Fatalf("%v %+v", out, d2.dl)
 	}
 	if c.Snapshot().DeadLettered != 1 {
@@ -281,11 +281,11 @@ func TestMissingID(t *testing.T) {
 	l := newLedger()
 	e, _ := newEngine(t, l.process(ok), nil)
 	d := &fakeDelivery{body: []byte("hello")}
-	if out, _ := e.Handle(ctx, d); out != consume.OutcomeDeadLettered || d.dl.Reason != consume.ReasonMissingID || len(l.effects) != 0 {
+	if out, _ := e.Handle(ctx, d); out != idem.DeadLettered || d.dl.Reason != idem.DeadMissingID || len(l.effects) != 0 {
 		t.Fatalf("%v %+v", out, d.dl)
 	}
 	bad := &fakeDelivery{id: "caf\u00e9"}
-	if out, _ := e.Handle(ctx, bad); out != consume.OutcomeDeadLettered || bad.dl.Reason != consume.ReasonInvalidID {
+	if out, _ := e.Handle(ctx, bad); out != idem.DeadLettered || bad.dl.Reason != idem.DeadInvalidID {
 		t.Fatalf("%v %+v", out, bad.dl)
 	}
 
@@ -294,7 +294,7 @@ func TestMissingID(t *testing.T) {
 	if key != "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824" {
 		t.Fatalf("content key %q", key)
 	}
-	outs := []consume.Outcome{}
+	outs := []idem.Outcome{}
 	for _, body := range []string{"hello", "hello", "hello!"} {
 		out, _ := ec.Handle(ctx, &fakeDelivery{body: []byte(body)})
 		outs = append(outs, out)
@@ -306,13 +306,13 @@ func TestMissingID(t *testing.T) {
 
 func TestCommitUnknownIsNotAckedNorCounted(t *testing.T) {
 	t.Parallel()
-	p := func(context.Context, idem.Message, consume.Delivery) (idem.ProcessResult, error) {
-		return "", fmt.Errorf("commit: %w: connection reset", consume.ErrCommitUnknown)
+	p := func(context.Context, idem.Message, consume.Delivery) (idem.Outcome, error) {
+		return "", fmt.Errorf("commit: %w: connection reset", idem.ErrCommitUnknown)
 	}
 	e, c := newEngine(t, p, func(c *consume.Config) { c.Retry = &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond} })
 	d := &fakeDelivery{id: "m", state: consume.State{Attempts: 4}}
 	out, err := e.Handle(context.Background(), d)
-	if err != nil || out != consume.OutcomeRequeued || d.ops() != "requeue" {
+	if err != nil || out != idem.Requeued || d.ops() != "requeue" {
 		t.Fatalf("%v %v %q", out, err, d.ops())
 	}
 	if s := c.Snapshot(); s.Requeued != 1 || s.Retried+s.DeadLettered != 0 {
@@ -323,22 +323,22 @@ func TestCommitUnknownIsNotAckedNorCounted(t *testing.T) {
 func TestCancelledContextAbandons(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := func(ctx context.Context, _ idem.Message, _ consume.Delivery) (idem.ProcessResult, error) {
+	p := func(ctx context.Context, _ idem.Message, _ consume.Delivery) (idem.Outcome, error) {
 		cancel()
 		return "", ctx.Err()
 	}
 	e, _ := newEngine(t, p, nil)
 	d := &fakeDelivery{id: "m"}
-	if out, err := e.Handle(ctx, d); out != consume.OutcomeAbandoned || err != nil || d.ops() != "" {
+	if out, err := e.Handle(ctx, d); out != idem.Abandoned || err != nil || d.ops() != "" {
 		t.Fatalf("%v %v %q", out, err, d.ops())
 	}
 	// Commit unknown while shutting down: abandoned during the wait.
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	cancel2()
-	e2, _ := newEngine(t, func(context.Context, idem.Message, consume.Delivery) (idem.ProcessResult, error) {
-		return "", consume.ErrCommitUnknown
+	e2, _ := newEngine(t, func(context.Context, idem.Message, consume.Delivery) (idem.Outcome, error) {
+		return "", idem.ErrCommitUnknown
 	}, nil)
-	if out, _ := e2.Handle(ctx2, &fakeDelivery{id: "m"}); out != consume.OutcomeAbandoned {
+	if out, _ := e2.Handle(ctx2, &fakeDelivery{id: "m"}); out != idem.Abandoned {
 		t.Fatal(out)
 	}
 }
@@ -354,7 +354,7 @@ func TestPanicIsACountedFailure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i < 2 && out != consume.OutcomeRetried || i == 2 && out != consume.OutcomeDeadLettered {
+		if i < 2 && out != idem.Retried || i == 2 && out != idem.DeadLettered {
 			t.Fatalf("attempt %d: %v", i, out)
 		}
 		st = d.next
@@ -374,14 +374,14 @@ func TestSettleFailureIsReported(t *testing.T) {
 	closed := errors.New("channel closed")
 	d := &fakeDelivery{id: "m", settleFn: func(string) error { return closed }}
 	out, err := e.Handle(context.Background(), d)
-	if out != consume.OutcomeProcessed || !errors.Is(err, closed) {
+	if out != idem.Processed || !errors.Is(err, closed) {
 		t.Fatalf("%v %v", out, err)
 	}
 	if len(events) != 1 || !errors.Is(events[0].Err, closed) || events[0].Key != "m" {
 		t.Fatalf("%+v", events)
 	}
 	// A redelivery after the failed ack is a duplicate.
-	if out, _ := e.Handle(context.Background(), &fakeDelivery{id: "m"}); out != consume.OutcomeDuplicate {
+	if out, _ := e.Handle(context.Background(), &fakeDelivery{id: "m"}); out != idem.Duplicate {
 		t.Fatal(out)
 	}
 }
@@ -449,7 +449,7 @@ func TestConcurrentDuplicatesThroughGuard(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					if out != consume.OutcomeRetried {
+					if out != idem.Retried {
 						return
 					}
 					// The broker would redeliver after the delay.
@@ -492,7 +492,7 @@ func TestGuardProcessOutcomes(t *testing.T) {
 	}
 	other := msg
 	other.Fingerprint = idem.FingerprintBytes([]byte("b"))
-	if r, err := p(ctx, other, d); r != idem.Mismatched || !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if r, err := p(ctx, other, d); r != idem.Mismatch || !errors.Is(err, idem.ErrFingerprintMismatch) {
 		t.Fatal(r, err)
 	}
 	// Final: first run reports the error (a counted failure; Final is not
@@ -511,14 +511,5 @@ func TestGuardProcessOutcomes(t *testing.T) {
 	}
 	if _, err := p(ctx, idem.Message{Scope: "s", Key: "busy"}, d); !idem.IsRetryable(err) {
 		t.Fatal(err)
-	}
-}
-
-func TestOutcomeStrings(t *testing.T) {
-	t.Parallel()
-	for o := consume.OutcomeProcessed; o <= consume.OutcomeAbandoned+1; o++ {
-		if o.String() == "" {
-			t.Fatal(o)
-		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
 )
 
@@ -18,7 +19,7 @@ func ExampleCheckRetention() {
 func ExampleDeadLetter_Headers() {
 	dl := consume.DeadLetter{
 		State:    consume.State{Attempts: 3, LastError: "gateway timeout"},
-		Reason:   consume.ReasonMaxAttempts,
+		Reason:   idem.DeadMaxAttempts,
 		Consumer: "payments",
 		Origin:   "orders/order.created",
 	}

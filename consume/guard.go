@@ -16,12 +16,12 @@ import (
 //     dead-lettered the first time);
 //   - another consumer holding the lease, or a lost lease, is an
 //     infrastructure error: retried later, not counted;
-//   - a different payload under the same id: Mismatched.
+//   - a different payload under the same id: Mismatch.
 //
 // The handler receives the Guard's Run so it can derive downstream
 // idempotency keys from it.
 func GuardProcess(g *idem.Guard, handler func(ctx context.Context, run idem.Run, d Delivery) error) ProcessFunc {
-	return func(ctx context.Context, msg idem.Message, d Delivery) (idem.ProcessResult, error) {
+	return func(ctx context.Context, msg idem.Message, d Delivery) (idem.Outcome, error) {
 		res, err := g.Do(ctx, idem.Call{Scope: msg.Scope, Key: msg.Key, Fingerprint: msg.Fingerprint},
 			func(ctx context.Context, run idem.Run) ([]byte, error) { return nil, handler(ctx, run, d) })
 		var stored *idem.StoredError
@@ -31,7 +31,7 @@ func GuardProcess(g *idem.Guard, handler func(ctx context.Context, run idem.Run,
 		case err == nil:
 			return idem.Processed, nil
 		case errors.Is(err, idem.ErrFingerprintMismatch):
-			return idem.Mismatched, err
+			return idem.Mismatch, err
 		case errors.Is(err, idem.ErrInProgress), errors.Is(err, idem.ErrLeaseLost):
 			return "", idem.Retryable(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-go/idem"
 )
 
 // Event describes one handled delivery.
@@ -14,12 +16,13 @@ type Event struct {
 	ID, Key string
 	// Attempt is this delivery's attempt number, from 1.
 	Attempt int
-	Outcome Outcome
-	// Reason is the dead-letter reason, when Outcome is OutcomeDeadLettered.
-	Reason string
+	// Outcome is what the engine did with the delivery (see [Engine.Handle]).
+	Outcome idem.Outcome
+	// Reason is the dead-letter reason, when Outcome is idem.DeadLettered.
+	Reason idem.DeadReason
 	// Infrastructure is set when a retry does not count toward MaxAttempts.
 	Infrastructure bool
-	// Delay is the retry delay, when Outcome is OutcomeRetried.
+	// Delay is the retry delay, when Outcome is idem.Retried.
 	Delay time.Duration
 	// Err is the handler's or the broker's error, if any.
 	Err error
@@ -52,20 +55,20 @@ type Counters struct {
 // OnDelivery counts ev.
 func (c *Counters) OnDelivery(_ context.Context, ev Event) {
 	switch ev.Outcome {
-	case OutcomeProcessed:
+	case idem.Processed:
 		c.processed.Add(1)
-	case OutcomeDuplicate:
+	case idem.Duplicate:
 		c.duplicate.Add(1)
-	case OutcomeRetried:
+	case idem.Retried:
 		c.retried.Add(1)
 		if ev.Infrastructure {
 			c.infraRetried.Add(1)
 		}
-	case OutcomeDeadLettered:
+	case idem.DeadLettered:
 		c.deadLettered.Add(1)
-	case OutcomeRequeued:
+	case idem.Requeued:
 		c.requeued.Add(1)
-	case OutcomeAbandoned:
+	case idem.Abandoned:
 		c.abandoned.Add(1)
 	}
 }

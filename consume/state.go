@@ -3,6 +3,8 @@ package consume
 import (
 	"strconv"
 	"time"
+
+	"github.com/idem-go/idem"
 )
 
 // Header names shared by every adapter. They are lowercase so that brokers
@@ -18,27 +20,13 @@ const (
 	HeaderLastFailure  = "x-idem-last-failure"
 	// HeaderLastError is the last error's text, bounded in length.
 	HeaderLastError = "x-idem-last-error"
-	// HeaderReason is why a message was dead-lettered (Reason constants).
+	// HeaderReason is why a message was dead-lettered: an idem.DeadReason.
 	HeaderReason = "x-idem-reason"
 	// HeaderConsumer is the name of the consumer that dead-lettered it.
 	HeaderConsumer = "x-idem-consumer"
 	// HeaderOrigin names where the message was first published (for
 	// RabbitMQ, the exchange and routing key).
 	HeaderOrigin = "x-idem-origin"
-)
-
-// Dead-letter reasons.
-const (
-	// ReasonMaxAttempts: the handler failed MaxAttempts times.
-	ReasonMaxAttempts = "max_attempts"
-	// ReasonPermanent: the handler returned a retry.Permanent error.
-	ReasonPermanent = "permanent"
-	// ReasonIDConflict: the id was seen before with a different payload.
-	ReasonIDConflict = "id_conflict"
-	// ReasonMissingID: the message had no id and content keys are off.
-	ReasonMissingID = "missing_id"
-	// ReasonInvalidID: the id is not a valid idem key.
-	ReasonInvalidID = "invalid_id"
 )
 
 // State is the retry state a message carries from earlier attempts.
@@ -120,8 +108,8 @@ func ParseState(get func(name string) (string, bool)) State {
 // failure.
 type DeadLetter struct {
 	State
-	// Reason is one of the Reason constants.
-	Reason string
+	// Reason is why the message was dead-lettered.
+	Reason idem.DeadReason
 	// Consumer is the consumer's name.
 	Consumer string
 	// Origin is where the message was first published.
@@ -132,7 +120,7 @@ type DeadLetter struct {
 func (d DeadLetter) Headers() map[string]string {
 	h := d.State.Headers()
 	h[HeaderAttempts] = strconv.Itoa(d.Attempts)
-	h[HeaderReason] = d.Reason
+	h[HeaderReason] = string(d.Reason)
 	if d.Consumer != "" {
 		h[HeaderConsumer] = d.Consumer
 	}
@@ -142,11 +130,27 @@ func (d DeadLetter) Headers() map[string]string {
 	return h
 }
 
-// ParseDeadLetter reads a DeadLetter from headers (see [ParseState]).
+// ParseDeadLetter reads a DeadLetter from headers (see [ParseState]). It
+// reads the messages older versions dead-lettered too: their reason
+// "id_conflict" reads as idem.DeadMismatch.
 func ParseDeadLetter(get func(name string) (string, bool)) DeadLetter {
 	d := DeadLetter{State: ParseState(get)}
-	d.Reason, _ = get(HeaderReason)
+	reason, _ := get(HeaderReason)
+	d.Reason = parseReason(reason)
 	d.Consumer, _ = get(HeaderConsumer)
 	d.Origin, _ = get(HeaderOrigin)
 	return d
+}
+
+// legacyReasons maps the dead-letter reasons older versions wrote, where
+// their spelling changed, to today's.
+var legacyReasons = map[string]idem.DeadReason{
+	"id_conflict": idem.DeadMismatch,
+}
+
+func parseReason(s string) idem.DeadReason {
+	if r, ok := legacyReasons[s]; ok {
+		return r
+	}
+	return idem.DeadReason(s)
 }

@@ -15,7 +15,7 @@ func TestStateHeadersRoundTrip(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	dl := consume.DeadLetter{
 		State:  consume.State{Attempts: 3, InfraRetries: 2, FirstFailure: t0, LastFailure: t0.Add(time.Minute), LastError: "boom"},
-		Reason: consume.ReasonMaxAttempts, Consumer: "c", Origin: "ex/rk",
+		Reason: idem.DeadMaxAttempts, Consumer: "c", Origin: "ex/rk",
 	}
 	h := dl.Headers()
 	get := func(k string) (string, bool) { v, ok := h[k]; return v, ok }
@@ -34,6 +34,31 @@ func TestStateHeadersRoundTrip(t *testing.T) {
 	st := consume.ParseState(func(k string) (string, bool) { v, ok := bad[k]; return v, ok })
 	if st != (consume.State{}) {
 		t.Fatalf("malformed headers gave %+v", st)
+	}
+}
+
+// Messages dead-lettered by older versions read with today's reasons.
+func TestParseDeadLetterLegacyReasons(t *testing.T) {
+	t.Parallel()
+	for old, want := range map[string]idem.DeadReason{
+		"id_conflict":          idem.DeadMismatch,
+		"mismatch":             idem.DeadMismatch,
+		"max_attempts":         idem.DeadMaxAttempts,
+		"permanent":            idem.DeadPermanent,
+		"missing_id":           idem.DeadMissingID,
+		"invalid_id":           idem.DeadInvalidID,
+		"":                     "",
+		"from a newer version": "from a newer version",
+	} {
+		h := map[string]string{consume.HeaderReason: old, consume.HeaderAttempts: "2"}
+		dl := consume.ParseDeadLetter(func(k string) (string, bool) { v, ok := h[k]; return v, ok })
+		if dl.Reason != want || dl.Attempts != 2 {
+			t.Errorf("reason %q read as %+v, want %q", old, dl, want)
+		}
+	}
+	// A dead letter written today carries the new spelling.
+	if h := (consume.DeadLetter{Reason: idem.DeadMismatch}).Headers(); h[consume.HeaderReason] != "mismatch" {
+		t.Fatalf("headers %v", h)
 	}
 }
 

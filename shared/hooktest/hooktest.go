@@ -141,7 +141,7 @@ func NewEngine(t testing.TB, hooks []idem.Hook, name string, handler func(contex
 }
 
 // Handle has e handle d and fails t unless the outcome is want.
-func Handle(t testing.TB, ctx context.Context, e *consume.Engine, d *Delivery, want consume.Outcome) {
+func Handle(t testing.TB, ctx context.Context, e *consume.Engine, d *Delivery, want idem.Outcome) {
 	t.Helper()
 	out, err := e.Handle(ctx, d)
 	if err != nil || out != want {
@@ -152,7 +152,7 @@ func Handle(t testing.TB, ctx context.Context, e *consume.Engine, d *Delivery, w
 // redeliver hands e the message (id, body), then again with the state the
 // engine retried it with, as a broker would, once for each of wants, and
 // fails t unless the outcomes are wants in order.
-func redeliver(t testing.TB, ctx context.Context, e *consume.Engine, id, body string, wants ...consume.Outcome) {
+func redeliver(t testing.TB, ctx context.Context, e *consume.Engine, id, body string, wants ...idem.Outcome) {
 	t.Helper()
 	d := NewDelivery(id, body)
 	for i, want := range wants {
@@ -182,11 +182,11 @@ func DriveConsume(t testing.TB, ctx context.Context, hooks []idem.Hook) {
 	boom := NewEngine(t, hooks, "refunds", func(context.Context, idem.Run, consume.Delivery) error {
 		return errors.New("gateway timeout for customer-secret")
 	})
-	Handle(t, ctx, ok, NewDelivery("pay-secret-1", "a"), consume.OutcomeProcessed)
-	Handle(t, ctx, ok, NewDelivery("pay-secret-1", "a"), consume.OutcomeDuplicate)
-	Handle(t, ctx, ok, NewDelivery("pay-secret-2", "b"), consume.OutcomeProcessed)
-	Handle(t, ctx, ok, NewDelivery("", "no id"), consume.OutcomeDeadLettered)
-	redeliver(t, ctx, boom, "refund-secret", "r", consume.OutcomeRetried, consume.OutcomeRetried, consume.OutcomeDeadLettered)
+	Handle(t, ctx, ok, NewDelivery("pay-secret-1", "a"), idem.Processed)
+	Handle(t, ctx, ok, NewDelivery("pay-secret-1", "a"), idem.Duplicate)
+	Handle(t, ctx, ok, NewDelivery("pay-secret-2", "b"), idem.Processed)
+	Handle(t, ctx, ok, NewDelivery("", "no id"), idem.DeadLettered)
+	redeliver(t, ctx, boom, "refund-secret", "r", idem.Retried, idem.Retried, idem.DeadLettered)
 }
 
 // Route is the ServeMux pattern under which [ServeIdem] serves.
@@ -435,7 +435,7 @@ func ReportConcurrently(goroutines, each int, hook func(name string) idem.Hook) 
 			req.Pattern = fmt.Sprintf("POST /r%d", i%16)
 			for range each {
 				ReportDo(ctx, h, idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.Processed, Duration: time.Millisecond})
-				ReportDelivery(ctx, h, consume.Event{Consumer: name, Outcome: consume.OutcomeRetried, Err: errors.New("x"), Duration: time.Millisecond})
+				ReportDelivery(ctx, h, consume.Event{Consumer: name, Outcome: idem.Retried, Err: errors.New("x"), Duration: time.Millisecond})
 				ReportRun(ctx, h, inbox.Event{Message: inbox.Message{Type: name}, Outcome: inbox.Processed, Duration: time.Millisecond})
 				ReportRequest(ctx, h, idemhttp.Event{Request: req, Outcome: idem.Processed, Status: 201, Duration: time.Millisecond})
 			}

@@ -23,12 +23,12 @@ func TestDelivery(t *testing.T) {
 	e := NewEngine(t, nil, "payments", func(context.Context, idem.Run, consume.Delivery) error { return nil })
 	for _, c := range []struct {
 		d       *Delivery
-		want    consume.Outcome
+		want    idem.Outcome
 		settled string
 	}{
-		{NewDelivery("m1", "a"), consume.OutcomeProcessed, "ack"},
-		{NewDelivery("m1", "a"), consume.OutcomeDuplicate, "ack"},
-		{NewDelivery("", "no id"), consume.OutcomeDeadLettered, "dead-letter"},
+		{NewDelivery("m1", "a"), idem.Processed, "ack"},
+		{NewDelivery("m1", "a"), idem.Duplicate, "ack"},
+		{NewDelivery("", "no id"), idem.DeadLettered, "dead-letter"},
 	} {
 		Handle(t, ctx, e, c.d, c.want)
 		if got := c.d.Settled(); got != c.settled {
