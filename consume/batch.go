@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idem-go/idem"
 )
@@ -21,30 +20,39 @@ type BatchProcessFunc func(ctx context.Context, msgs []idem.Message, ds []Delive
 // round trip and one transaction for all of them, which is where batch
 // throughput comes from. Deliveries without a usable key are dead-lettered
 // on their own. When the batch fails as a whole, every delivery is handled
-// again one by one with [Engine.Handle], so that one bad message gets its
-// own retries and dead letter without holding back the others. It returns
-// the outcome of each delivery and the first settle error.
+// again one by one, as [Engine.Handle] does, so that one bad message gets
+// its own retries and dead letter without holding back the others. It
+// returns the outcome of each delivery and the first settle error.
+//
+// The hooks see each delivery as Handle does: its start hooks are called
+// before the batch runs and each delivery is settled with the context they
+// returned; its end hooks are called once. process serves many deliveries,
+// so it runs with ctx itself.
 func (e *Engine) HandleBatch(ctx context.Context, ds []Delivery, process BatchProcessFunc) ([]idem.Outcome, error) {
 	outs := make([]idem.Outcome, len(ds))
+	ts := make([]*begun, len(ds))
+	defer e.endPanicked(ts...)
 	var firstErr error
-	keep := func(err error) {
+	keep := func(i int, out idem.Outcome, err error) {
+		outs[i] = out
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
-	start := time.Now()
+	one := func(i int) {
+		out, err := e.handleBegun(ts[i])
+		keep(i, out, err)
+	}
 	msgs := make([]idem.Message, 0, len(ds))
 	idx := make([]int, 0, len(ds))
 	batch := make([]Delivery, 0, len(ds))
 	for i, d := range ds {
-		key, reason := e.Key(d)
-		if reason != "" {
-			out, err := e.Handle(ctx, d) // dead-letters it with its reason
-			outs[i] = out
-			keep(err)
+		ts[i] = e.begin(ctx, d)
+		if ts[i].reason != "" {
+			one(i) // dead-letters it with its reason
 			continue
 		}
-		msgs = append(msgs, idem.Message{Scope: e.cfg.Name, Key: key, Fingerprint: e.cfg.Fingerprint(d), Retention: e.cfg.Retention})
+		msgs = append(msgs, idem.Message{Scope: e.cfg.Name, Key: ts[i].ev.Key, Fingerprint: e.cfg.Fingerprint(d), Retention: e.cfg.Retention})
 		idx = append(idx, i)
 		batch = append(batch, d)
 	}
@@ -58,41 +66,36 @@ func (e *Engine) HandleBatch(ctx context.Context, ds []Delivery, process BatchPr
 	if err != nil {
 		if ctx.Err() != nil {
 			for _, i := range idx {
-				outs[i] = idem.Abandoned
+				ts[i].ev.Err = err
+				e.end(ts[i], idem.Abandoned, nil)
+				keep(i, idem.Abandoned, nil)
 			}
 			return outs, firstErr
 		}
 		e.cfg.Logger.Debug("idem: batch failed; handling its messages one by one", "consumer", e.cfg.Name, "size", len(batch), "err", err)
-		for j, d := range batch {
-			out, err := e.Handle(ctx, d)
-			outs[idx[j]] = out
-			keep(err)
+		for _, i := range idx {
+			one(i)
 		}
 		return outs, firstErr
 	}
-	for j, d := range batch {
-		st := d.State()
-		ev := Event{Consumer: e.cfg.Name, ID: d.ID(), Key: msgs[j].Key, Attempt: st.Attempts + 1}
+	for j, i := range idx {
+		t := ts[i]
 		var out idem.Outcome
 		var serr error
 		switch results[j] {
 		case idem.Processed, idem.Duplicate:
 			out = results[j]
-			serr = wrapSettle("ack", d.Ack(ctx))
+			serr = wrapSettle("ack", t.d.Ack(t.ctx))
 		case idem.Mismatch:
-			ev.Reason = idem.DeadMismatch
-			out, serr = e.deadLetter(ctx, d, st, idem.DeadMismatch,
+			t.ev.Reason = idem.DeadMismatch
+			out, serr = e.deadLetter(t.ctx, t.d, t.st, idem.DeadMismatch,
 				fmt.Errorf("%w (scope %q, key %q)", idem.ErrFingerprintMismatch, msgs[j].Scope, msgs[j].Key))
 		default:
-			out, serr = e.Handle(ctx, d)
-			outs[idx[j]] = out
-			keep(serr)
+			one(i)
 			continue
 		}
-		ev.Outcome, ev.Duration, ev.Err = out, time.Since(start), serr
-		e.cfg.Hooks.OnDelivery(ctx, ev)
-		outs[idx[j]] = out
-		keep(serr)
+		e.end(t, out, serr)
+		keep(i, out, serr)
 	}
 	return outs, firstErr
 }

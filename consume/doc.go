@@ -30,6 +30,14 @@
 // the consumer and the origin, so that the dead-letter tools can show why a
 // message failed and where to send it back.
 //
+// # Hooks
+//
+// Config.Hooks takes any values (idem.Hook); the engine calls those that
+// implement [DeliveryStartHook] before a delivery is handled, threading the
+// context they return to the handler, and those that implement
+// [DeliveryEndHook] once when it is settled, also on a panic. [Counters]
+// is an end hook; contrib/idemprom and contrib/idemotel implement both.
+//
 // # The dedupe window
 //
 // [CheckRetention] refuses a dedupe retention shorter than the redelivery

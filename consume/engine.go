@@ -85,8 +85,11 @@ type Config struct {
 	Fingerprint func(d Delivery) idem.Fingerprint
 	// MaxErrorBytes bounds the last error kept in headers. Default 1024.
 	MaxErrorBytes int
-	// Hooks receives one event per handled delivery; nil means none.
-	Hooks Hooks
+	// Hooks observe the deliveries: each hook that implements
+	// [DeliveryStartHook] or [DeliveryEndHook] (or both) is called for
+	// every delivery, in order; other hooks are ignored, so one value
+	// (metrics, a tracer) can be given to every component.
+	Hooks []idem.Hook
 	// Logger receives broker failures. Nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for failure timestamps; nil means time.Now.
@@ -98,6 +101,8 @@ type Engine struct {
 	process ProcessFunc
 	cfg     Config
 	policy  retry.Policy
+	starts  []DeliveryStartHook
+	ends    []DeliveryEndHook
 }
 
 // New returns an Engine that runs process for every delivery.
@@ -121,9 +126,8 @@ func New(process ProcessFunc, cfg *Config) (*Engine, error) {
 	if e.cfg.MaxErrorBytes <= 0 {
 		e.cfg.MaxErrorBytes = 1024
 	}
-	if e.cfg.Hooks == nil {
-		e.cfg.Hooks = nopHooks{}
-	}
+	e.starts = idem.HooksOf[DeliveryStartHook](e.cfg.Hooks)
+	e.ends = idem.HooksOf[DeliveryEndHook](e.cfg.Hooks)
 	if e.cfg.Logger == nil {
 		e.cfg.Logger = slog.Default()
 	}
@@ -166,30 +170,82 @@ func (e *Engine) Key(d Delivery) (key string, reason idem.DeadReason) {
 // deduped); the Outcome says what the engine decided: idem.Processed,
 // idem.Duplicate, idem.Retried, idem.DeadLettered, idem.Requeued or
 // idem.Abandoned.
+//
+// The start hooks are called first and the delivery is handled with the
+// context they return; the end hooks are called once, with the outcome,
+// also when something panics (outcome idem.Panicked, before the panic goes
+// on).
 func (e *Engine) Handle(ctx context.Context, d Delivery) (idem.Outcome, error) {
-	start := time.Now()
+	t := e.begin(ctx, d)
+	defer e.endPanicked(t)
+	return e.handleBegun(t)
+}
+
+// begun is a delivery whose start hooks have run.
+type begun struct {
+	d      Delivery
+	st     State
+	reason idem.DeadReason // when it has no usable key
+	ctx    context.Context // from the start hooks
+	ev     Event
+	start  time.Time
+	ended  bool
+}
+
+// begin derives d's key and calls the start hooks.
+func (e *Engine) begin(ctx context.Context, d Delivery) *begun {
 	st := d.State()
-	ev := Event{Consumer: e.cfg.Name, ID: d.ID(), Attempt: st.Attempts + 1}
-	out, err := e.handle(ctx, d, st, &ev)
-	ev.Outcome, ev.Duration = out, time.Since(start)
-	if err != nil && ev.Err == nil {
-		ev.Err = err
+	key, reason := e.Key(d)
+	t := &begun{d: d, st: st, reason: reason, ctx: ctx,
+		ev: Event{Consumer: e.cfg.Name, ID: d.ID(), Key: key, Attempt: st.Attempts + 1}}
+	for _, h := range e.starts {
+		t.ctx = h.OnDeliveryStart(t.ctx, t.ev)
 	}
-	e.cfg.Hooks.OnDelivery(ctx, ev)
+	t.start = time.Now()
+	return t
+}
+
+// end completes t's event and calls the end hooks, once.
+func (e *Engine) end(t *begun, out idem.Outcome, err error) {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	t.ev.Outcome, t.ev.Duration = out, time.Since(t.start)
+	if err != nil && t.ev.Err == nil {
+		t.ev.Err = err
+	}
+	for _, h := range e.ends {
+		h.OnDeliveryEnd(t.ctx, t.ev)
+	}
 	if err != nil {
 		e.cfg.Logger.Warn("idem: consumer could not settle a delivery; the broker will redeliver it",
-			"consumer", e.cfg.Name, "id", d.ID(), "outcome", out, "err", err)
+			"consumer", e.cfg.Name, "id", t.ev.ID, "outcome", out, "err", err)
 	}
+}
+
+// endPanicked, deferred, ends the deliveries a panic left unended.
+func (e *Engine) endPanicked(ts ...*begun) {
+	for _, t := range ts {
+		if t != nil && !t.ended {
+			e.end(t, idem.Panicked, nil)
+		}
+	}
+}
+
+// handleBegun handles and settles t, then ends it.
+func (e *Engine) handleBegun(t *begun) (idem.Outcome, error) {
+	out, err := e.handle(t.ctx, t.d, t.st, t.reason, &t.ev)
+	e.end(t, out, err)
 	return out, err
 }
 
-func (e *Engine) handle(ctx context.Context, d Delivery, st State, ev *Event) (idem.Outcome, error) {
-	key, reason := e.Key(d)
+func (e *Engine) handle(ctx context.Context, d Delivery, st State, reason idem.DeadReason, ev *Event) (idem.Outcome, error) {
 	if reason != "" {
 		ev.Reason = reason
 		return e.deadLetter(ctx, d, st, reason, fmt.Errorf("consume: message id %q cannot be used as a dedupe key", bound(d.ID(), 64)))
 	}
-	ev.Key = key
+	key := ev.Key
 	msg := idem.Message{Scope: e.cfg.Name, Key: key, Fingerprint: e.cfg.Fingerprint(d), Retention: e.cfg.Retention}
 	res, err := e.run(ctx, msg, d)
 	ev.Err = err

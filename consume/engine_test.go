@@ -103,7 +103,7 @@ func newEngine(t *testing.T, p consume.ProcessFunc, mod func(*consume.Config)) (
 	cfg := &consume.Config{
 		Name:   "payments",
 		Retry:  &retry.Policy{Base: time.Second, Cap: 8 * time.Second, MaxAttempts: 3, Jitter: retry.NoJitter},
-		Hooks:  c,
+		Hooks:  []idem.Hook{c},
 		Logger: quiet,
 		Now:    func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) },
 	}
@@ -368,9 +368,9 @@ func TestSettleFailureIsReported(t *testing.T) {
 	t.Parallel()
 	var events []consume.Event
 	var mu sync.Mutex
-	hooks := consume.HooksFunc(func(_ context.Context, ev consume.Event) { mu.Lock(); events = append(events, ev); mu.Unlock() })
+	hook := endHook(func(_ context.Context, ev consume.Event) { mu.Lock(); events = append(events, ev); mu.Unlock() })
 	l := newLedger()
-	e, _ := newEngine(t, l.process(ok), func(c *consume.Config) { c.Hooks = hooks })
+	e, _ := newEngine(t, l.process(ok), func(c *consume.Config) { c.Hooks = []idem.Hook{hook} })
 	closed := errors.New("channel closed")
 	d := &fakeDelivery{id: "m", settleFn: func(string) error { return closed }}
 	out, err := e.Handle(context.Background(), d)

@@ -131,7 +131,7 @@ func NewEngine(t testing.TB, hooks []idem.Hook, name string, handler func(contex
 	e, err := consume.New(consume.GuardProcess(g, handler), &consume.Config{
 		Name:   name,
 		Retry:  &retry.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 3, Jitter: retry.NoJitter},
-		Hooks:  consumeHooks(hooks),
+		Hooks:  hooks,
 		Logger: Quiet,
 	})
 	if err != nil {
@@ -497,17 +497,6 @@ func ReportDo(ctx context.Context, h idem.Hook, ev idem.DoEvent) {
 	if e, ok := h.(idem.DoEndHook); ok {
 		e.OnDoEnd(ctx, ev)
 	}
-}
-
-// consumeHooks adapts hooks to consume.Config.Hooks until the engine takes
-// []idem.Hook itself (transitional): it reports each delivery after the
-// fact.
-func consumeHooks(hooks []idem.Hook) consume.Hooks {
-	return consume.HooksFunc(func(ctx context.Context, ev consume.Event) {
-		for _, h := range hooks {
-			ReportDelivery(ctx, h, ev)
-		}
-	})
 }
 
 // inboxHooks adapts hooks to inbox.Config.OnEvent until the worker takes
