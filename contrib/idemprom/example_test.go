@@ -77,8 +77,8 @@ func ExampleMetrics_consumer() {
 	// In production: consume.New(process, &consume.Config{Name: "payments", Hooks: []idem.Hook{m}}).
 	// Here the engine's reports are made by hand.
 	ctx := context.Background()
-	m.OnDeliveryEnd(ctx, consume.Event{Consumer: "payments", Outcome: consume.OutcomeProcessed})
-	m.OnDeliveryEnd(ctx, consume.Event{Consumer: "payments", Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonPermanent})
+	m.OnDeliveryEnd(ctx, consume.Event{Consumer: "payments", Outcome: idem.Processed})
+	m.OnDeliveryEnd(ctx, consume.Event{Consumer: "payments", Outcome: idem.DeadLettered, Reason: idem.DeadPermanent})
 
 	err = testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP idem_consumer_dead_letters_total Deliveries moved to the dead letters, by reason. Normally zero.

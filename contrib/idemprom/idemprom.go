@@ -196,7 +196,7 @@ func (m *Metrics) consumerLabel(name string) string {
 		for _, o := range hooklabel.ConsumeOutcomes() {
 			m.deliveries.WithLabelValues(label, o.String())
 		}
-		m.deadLetters.WithLabelValues(label, consume.ReasonMaxAttempts)
+		m.deadLetters.WithLabelValues(label, string(idem.DeadMaxAttempts))
 		m.infraRetries.WithLabelValues(label)
 	}
 	return label
@@ -230,13 +230,13 @@ func (m *Metrics) For(name string) *Metrics {
 // retry. The message id and dedupe key are never labels.
 func (m *Metrics) OnDeliveryEnd(_ context.Context, ev consume.Event) {
 	consumer := m.consumerLabel(ev.Consumer)
-	outcome := hooklabel.ConsumeOutcome(ev.Outcome)
+	outcome := hooklabel.Outcome(ev.Outcome)
 	m.deliveries.WithLabelValues(consumer, outcome).Inc()
 	m.handle.WithLabelValues(consumer, outcome).Observe(ev.Duration.Seconds())
 	switch ev.Outcome {
-	case consume.OutcomeDeadLettered:
-		m.deadLetters.WithLabelValues(consumer, hooklabel.DeadLetterReason(ev.Reason)).Inc()
-	case consume.OutcomeRetried:
+	case idem.DeadLettered:
+		m.deadLetters.WithLabelValues(consumer, hooklabel.DeadReason(ev.Reason)).Inc()
+	case idem.Retried:
 		if ev.Infrastructure {
 			m.infraRetries.WithLabelValues(consumer).Inc()
 		}
@@ -250,7 +250,7 @@ func (m *Metrics) OnDeliveryEnd(_ context.Context, ev consume.Event) {
 // counted but not timed.
 func (m *Metrics) OnRunEnd(_ context.Context, ev inbox.Event) {
 	typ, _ := m.types.Label(ev.Message.Type)
-	outcome := hooklabel.InboxOutcome(ev.Outcome)
+	outcome := hooklabel.Outcome(ev.Outcome)
 	m.inboxRuns.WithLabelValues(typ, outcome).Inc()
 	if ev.Duration > 0 {
 		m.inboxSeconds.WithLabelValues(typ, outcome).Observe(ev.Duration.Seconds())

@@ -188,7 +188,7 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 	if got := testutil.ToFloat64(m.deliveries.WithLabelValues("payments", "processed")); got != 2 {
 		t.Fatalf("payments processed = %v", got)
 	}
-	if got := testutil.ToFloat64(m.deadLetters.WithLabelValues("refunds", consume.ReasonMaxAttempts)); got != 1 {
+	if got := testutil.ToFloat64(m.deadLetters.WithLabelValues("refunds", string(idem.DeadMaxAttempts))); got != 1 {
 		t.Fatalf("refunds max_attempts dead letters = %v", got)
 	}
 	const header = `
@@ -226,7 +226,7 @@ func TestConsumeInfrastructureRetry(t *testing.T) {
 	e := hooktest.NewEngine(t, []idem.Hook{m}, "ledger", func(context.Context, idem.Run, consume.Delivery) error {
 		return idem.Retryable(errors.New("connection refused"))
 	})
-	hooktest.Handle(t, context.Background(), e, hooktest.NewDelivery("m1", "x"), consume.OutcomeRetried)
+	hooktest.Handle(t, context.Background(), e, hooktest.NewDelivery("m1", "x"), idem.Retried)
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
 		"idem_consumer_infrastructure_retries_total{consumer=ledger}":     1,
 		"idem_consumer_deliveries_total{consumer=ledger,outcome=retried}": 1,
@@ -236,9 +236,9 @@ func TestConsumeInfrastructureRetry(t *testing.T) {
 func TestConsumeUnknownValuesAreOther(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, nil)
-	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "c", Outcome: consume.Outcome(42)})
-	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeDeadLettered, Reason: "something new"})
-	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "\xff", Outcome: consume.OutcomeProcessed})
+	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "c", Outcome: idem.Outcome("brand_new")})
+	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "c", Outcome: idem.DeadLettered, Reason: "something new"})
+	m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: "\xff", Outcome: idem.Processed})
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
 		"idem_consumer_deliveries_total{consumer=c,outcome=other}":         1,
 		"idem_consumer_dead_letters_total{consumer=c,reason=other}":        1,
@@ -260,7 +260,7 @@ func TestMaxLabelValuesBoundsConsumers(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, &Options{MaxLabelValues: 2})
 	for _, c := range []string{"a", "b", "c", "d", "a"} {
-		m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: c, Outcome: consume.OutcomeProcessed})
+		m.OnDeliveryEnd(context.Background(), consume.Event{Consumer: c, Outcome: idem.Processed})
 	}
 	got := series(t, reg)
 	hooktest.WantCounts(t, got, map[string]float64{
@@ -287,14 +287,14 @@ func TestInboxHook(t *testing.T) {
 	}
 	got := series(t, reg)
 	hooktest.WantCounts(t, got, map[string]float64{
-		"idem_inbox_runs_total{outcome=retried,type=order.created}":    1,
-		"idem_inbox_runs_total{outcome=dead,type=order.paid}":          1,
-		"idem_inbox_runs_total{outcome=released,type=order.paid}":      1,
-		"idem_inbox_runs_total{outcome=other,type=order.paid}":         1,
-		"idem_inbox_runs_total{outcome=lease_lost,type=order.shipped}": 1,
-		"idem_inbox_runs_total{outcome=processed,type=other}":          2,
-		"idem_inbox_run_seconds{outcome=processed,type=order.created}": 2,
-		"idem_inbox_run_seconds{outcome=dead,type=order.paid}":         1,
+		"idem_inbox_runs_total{outcome=retried,type=order.created}":     1,
+		"idem_inbox_runs_total{outcome=dead_lettered,type=order.paid}":  1,
+		"idem_inbox_runs_total{outcome=released,type=order.paid}":       1,
+		"idem_inbox_runs_total{outcome=other,type=order.paid}":          1,
+		"idem_inbox_runs_total{outcome=lease_lost,type=order.shipped}":  1,
+		"idem_inbox_runs_total{outcome=processed,type=other}":           2,
+		"idem_inbox_run_seconds{outcome=processed,type=order.created}":  2,
+		"idem_inbox_run_seconds{outcome=dead_lettered,type=order.paid}": 1,
 	})
 	for _, k := range []string{
 		"idem_inbox_run_seconds{outcome=released,type=order.paid}",

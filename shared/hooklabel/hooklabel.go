@@ -1,7 +1,8 @@
 // Package hooklabel turns what idem's hooks report into metric label
-// values that cannot grow without bound: outcomes (idem.Outcome) and
-// dead-letter reasons, HTTP status classes, and free-form names
-// (consumers, event types, routes, guard names) capped by a [Set].
+// values that cannot grow without bound: outcomes (idem.Outcome),
+// dead-letter reasons (idem.DeadReason), HTTP status classes, and
+// free-form names (consumers, event types, routes, guard names) capped by
+// a [Set].
 //
 // contrib/idemprom and contrib/idemotel both label their metrics with it,
 // so that the two report the same values for the same events. A value a
@@ -14,53 +15,32 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/consume"
-	"github.com/idem-go/idem/inbox"
 )
 
 // Other replaces a label value outside its fixed set, an empty or invalid
 // one, or one beyond a [Set]'s cap.
 const Other = "other"
 
-// consumeOutcomes is in the order consume declares them.
-var consumeOutcomes = [...]consume.Outcome{
-	consume.OutcomeProcessed, consume.OutcomeDuplicate, consume.OutcomeRetried,
-	consume.OutcomeDeadLettered, consume.OutcomeRequeued, consume.OutcomeAbandoned,
+// consumeOutcomes are the outcomes a consume.Engine reports, in the order
+// idem declares them.
+var consumeOutcomes = [...]idem.Outcome{
+	idem.Processed, idem.Duplicate, idem.Retried, idem.DeadLettered, idem.Requeued, idem.Abandoned,
 }
 
-// ConsumeOutcomes returns the consume outcomes that [ConsumeOutcome] knows,
-// for creating a consumer's delivery series at zero. The slice is new on
-// each call.
-func ConsumeOutcomes() []consume.Outcome {
-	return append([]consume.Outcome(nil), consumeOutcomes[:]...)
+// ConsumeOutcomes returns the outcomes a consume.Engine reports, for
+// creating a consumer's delivery series at zero. The slice is new on each
+// call.
+func ConsumeOutcomes() []idem.Outcome {
+	return append([]idem.Outcome(nil), consumeOutcomes[:]...)
 }
 
-// ConsumeOutcome returns the label value of a delivery's outcome.
-func ConsumeOutcome(o consume.Outcome) string {
-	for _, known := range consumeOutcomes {
-		if o == known {
-			return o.String()
-		}
-	}
-	return Other
-}
-
-// DeadLetterReason returns the label value of a dead-letter reason: one of
-// the consume.Reason constants, else [Other].
-func DeadLetterReason(reason string) string {
-	switch reason {
-	case consume.ReasonMaxAttempts, consume.ReasonPermanent, consume.ReasonIDConflict,
-		consume.ReasonMissingID, consume.ReasonInvalidID:
-		return reason
-	}
-	return Other
-}
-
-// InboxOutcome returns the label value of an inbox run's outcome.
-func InboxOutcome(o inbox.Outcome) string {
-	switch o {
-	case inbox.Processed, inbox.Retried, inbox.Dead, inbox.LeaseLost, inbox.Released:
-		return o.String()
+// DeadReason returns the label value of a dead-letter reason: the reason
+// itself when idem declares it, else [Other].
+func DeadReason(r idem.DeadReason) string {
+	switch r {
+	case idem.DeadMaxAttempts, idem.DeadPermanent, idem.DeadMismatch,
+		idem.DeadMissingID, idem.DeadInvalidID, idem.DeadNoHandler:
+		return string(r)
 	}
 	return Other
 }

@@ -3,13 +3,10 @@ package hooklabel
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/consume"
-	"github.com/idem-go/idem/inbox"
 )
 
 // wantLabels fails t for each input of want that label maps to another
@@ -23,87 +20,45 @@ func wantLabels[T comparable](t *testing.T, name string, label func(T) string, w
 	}
 }
 
-func TestConsumeOutcome(t *testing.T) {
+// TestConsumeOutcomes: the consumer outcomes are idem's message-path
+// outcomes plus processed and duplicate, each its own label.
+func TestConsumeOutcomes(t *testing.T) {
 	t.Parallel()
-	wantLabels(t, "ConsumeOutcome", ConsumeOutcome, map[consume.Outcome]string{
-		consume.OutcomeProcessed:    "processed",
-		consume.OutcomeDuplicate:    "duplicate",
-		consume.OutcomeRetried:      "retried",
-		consume.OutcomeDeadLettered: "dead_lettered",
-		consume.OutcomeRequeued:     "requeued",
-		consume.OutcomeAbandoned:    "abandoned",
-		0:                           Other,
-		-1:                          Other,
-		42:                          Other,
-	})
-}
-
-// TestConsumeOutcomesAreComplete fails when consume gains an outcome that
-// the label set does not know: it would be reported as "other".
-func TestConsumeOutcomesAreComplete(t *testing.T) {
-	t.Parallel()
-	var named []consume.Outcome
-	for o := consume.Outcome(-2); o < 64; o++ {
-		if !strings.HasPrefix(o.String(), "Outcome(") {
-			named = append(named, o)
-		}
+	want := []idem.Outcome{idem.Processed, idem.Duplicate, idem.Retried, idem.DeadLettered, idem.Requeued, idem.Abandoned}
+	got := ConsumeOutcomes()
+	if !slices.Equal(got, want) {
+		t.Fatalf("ConsumeOutcomes() = %v, want %v", got, want)
 	}
-	if got := ConsumeOutcomes(); !slices.Equal(got, named) {
-		t.Fatalf("ConsumeOutcomes() = %v, consume names %v", got, named)
-	}
-	for _, o := range named {
-		if ConsumeOutcome(o) == Other {
-			t.Errorf("%v is reported as %q", o, Other)
+	for _, o := range got {
+		if Outcome(o) != string(o) {
+			t.Errorf("%v is reported as %q", o, Outcome(o))
 		}
 	}
 }
 
 func TestConsumeOutcomesIsACopy(t *testing.T) {
 	t.Parallel()
-	ConsumeOutcomes()[0] = 42
-	if ConsumeOutcomes()[0] != consume.OutcomeProcessed {
+	ConsumeOutcomes()[0] = "changed"
+	if ConsumeOutcomes()[0] != idem.Processed {
 		t.Fatal("a caller changed the known outcomes")
 	}
 }
 
-func TestDeadLetterReason(t *testing.T) {
+func TestDeadReason(t *testing.T) {
 	t.Parallel()
-	wantLabels(t, "DeadLetterReason", DeadLetterReason, map[string]string{
-		consume.ReasonMaxAttempts: "max_attempts",
-		consume.ReasonPermanent:   "permanent",
-		consume.ReasonIDConflict:  "id_conflict",
-		consume.ReasonMissingID:   "missing_id",
-		consume.ReasonInvalidID:   "invalid_id",
-		"":                        Other,
-		"something new":           Other,
-		"Permanent":               Other,
-		"\xff":                    Other,
+	wantLabels(t, "DeadReason", DeadReason, map[idem.DeadReason]string{
+		idem.DeadMaxAttempts: "max_attempts",
+		idem.DeadPermanent:   "permanent",
+		idem.DeadMismatch:    "mismatch",
+		idem.DeadMissingID:   "missing_id",
+		idem.DeadInvalidID:   "invalid_id",
+		idem.DeadNoHandler:   "no_handler",
+		"":                   Other,
+		"something new":      Other,
+		"Permanent":          Other,
+		"id_conflict":        Other, // the consume reason before idem.DeadMismatch
+		"\xff":               Other,
 	})
-}
-
-func TestInboxOutcome(t *testing.T) {
-	t.Parallel()
-	wantLabels(t, "InboxOutcome", InboxOutcome, map[inbox.Outcome]string{
-		inbox.Processed: "processed",
-		inbox.Retried:   "retried",
-		inbox.Dead:      "dead",
-		inbox.LeaseLost: "lease_lost",
-		inbox.Released:  "released",
-		0:               Other,
-		99:              Other,
-	})
-}
-
-// TestInboxOutcomesAreComplete fails when inbox gains an outcome that the
-// label set does not know.
-func TestInboxOutcomesAreComplete(t *testing.T) {
-	t.Parallel()
-	for o := inbox.Outcome(-2); o < 64; o++ {
-		named := !strings.HasPrefix(o.String(), "Outcome(")
-		if known := InboxOutcome(o) != Other; known != named {
-			t.Errorf("%v: known %v, named by inbox %v", o, known, named)
-		}
-	}
 }
 
 // Every outcome idem declares is its own label, whichever component
