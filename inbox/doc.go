@@ -14,8 +14,8 @@
 // CONFLICT DO NOTHING and reports whether it was new; receiving it again is
 // harmless. ReceiveTx does the same in the caller's transaction. A message
 // whose id was seen with other content (a different [idem.Fingerprint];
-// by default the SHA-256 of type and payload) is reported with a
-// [*MismatchError] wrapping idem.ErrFingerprintMismatch — a producer bug,
+// by default the SHA-256 of type and payload) is reported with an error
+// wrapping idem.ErrFingerprintMismatch ([ReceiveMismatch]) — a producer bug,
 // never silently dropped. Ack the broker only after Receive returned.
 //
 // # Processing
@@ -41,7 +41,9 @@
 // schedules the next attempt at the database's now + a full-jitter delay
 // from Config.Retry. After MaxAttempts the row is dead and keeps its whole
 // history. retry.Permanent errors and event types without a handler are
-// dead at once, with a reason. idem.Retryable errors (the database went
+// dead at once. A dead row keeps its reason as an [idem.DeadReason]
+// (idem.DeadMaxAttempts, idem.DeadPermanent, idem.DeadNoHandler), which
+// [Event] also carries, so metrics can label dead letters by it. idem.Retryable errors (the database went
 // away) are retried without counting an attempt.
 //
 // Dead rows stay until an operator looks at them: [Admin] (and the CLI,

@@ -97,20 +97,12 @@ func Prepare(m Message) (Message, error) {
 	return m, nil
 }
 
-// MismatchError reports a message whose id was received before with other
-// content: a producer bug. It wraps [idem.ErrFingerprintMismatch].
-type MismatchError struct {
-	Source, ID string
-	// RowID is the existing row.
-	RowID int64
+// ReceiveMismatch returns the error Backend.Receive reports when
+// (source, id) was received before, as row rowID, with other content: a
+// producer bug. It wraps [idem.ErrFingerprintMismatch].
+func ReceiveMismatch(source, id string, rowID int64) error {
+	return fmt.Errorf("inbox: message %q from %q (row %d): %w", id, source, rowID, idem.ErrFingerprintMismatch)
 }
-
-func (e *MismatchError) Error() string {
-	return fmt.Sprintf("inbox: message %q from %q (row %d): %v", e.ID, e.Source, e.RowID, idem.ErrFingerprintMismatch)
-}
-
-// Unwrap makes errors.Is(err, idem.ErrFingerprintMismatch) true.
-func (e *MismatchError) Unwrap() error { return idem.ErrFingerprintMismatch }
 
 // Row is a stored inbox row.
 type Row struct {
@@ -127,8 +119,10 @@ type Row struct {
 	// Token is the fencing token of the latest claim (0 if never claimed).
 	Token     int64
 	LastError string
-	// DeadReason says why the row is dead.
-	DeadReason     string
+	// DeadReason says why the row is dead (empty unless it is). A row that
+	// died before dead reasons were typed holds the free text of then
+	// ("permanent error", "failed 3 times (max attempts 3)", …).
+	DeadReason     idem.DeadReason
 	ReceivedAt     time.Time
 	NextAttemptAt  time.Time
 	LeaseExpiresAt time.Time
@@ -175,7 +169,7 @@ type FailRequest struct {
 	Delay time.Duration
 	// Dead moves the row to the dead letters with DeadReason.
 	Dead       bool
-	DeadReason string
+	DeadReason idem.DeadReason
 	// Uncounted leaves attempts unchanged and adds no history: an
 	// infrastructure failure, not the message's fault.
 	Uncounted bool
@@ -232,8 +226,9 @@ type Admin interface {
 type Backend[Tx any] interface {
 	Admin
 	// Receive inserts the message unless (Source, ID) exists and reports
-	// whether it was new. An existing id with another fingerprint is a
-	// *MismatchError; the stored row is untouched.
+	// whether it was new. An existing id with another fingerprint is an
+	// error from [ReceiveMismatch], wrapping idem.ErrFingerprintMismatch; the
+	// stored row is untouched.
 	Receive(ctx context.Context, msg Message) (bool, error)
 	// ReceiveTx is Receive in the caller's transaction.
 	ReceiveTx(ctx context.Context, tx Tx, msg Message) (bool, error)

@@ -84,20 +84,11 @@ func TestCutError(t *testing.T) {
 	}
 }
 
-func TestMismatchError(t *testing.T) {
+func TestReceiveMismatch(t *testing.T) {
 	t.Parallel()
-	err := error(&MismatchError{Source: "s", ID: "m", RowID: 7})
-	if !errors.Is(err, idem.ErrFingerprintMismatch) || !strings.Contains(err.Error(), `"m"`) {
+	err := ReceiveMismatch("s", "m", 7)
+	if !errors.Is(err, idem.ErrFingerprintMismatch) || !strings.Contains(err.Error(), `"m"`) || !strings.Contains(err.Error(), "row 7") {
 		t.Fatalf("%v", err)
-	}
-}
-
-func TestOutcomeString(t *testing.T) {
-	t.Parallel()
-	for o, want := range map[Outcome]string{Processed: "processed", Retried: "retried", Dead: "dead", LeaseLost: "lease_lost", Released: "released", 0: "Outcome(0)"} {
-		if o.String() != want {
-			t.Errorf("%d.String() = %q", int(o), o.String())
-		}
 	}
 }
 

@@ -72,42 +72,20 @@ type Config struct {
 	OnEvent func(Event)
 }
 
-// Outcome is what became of one claimed row.
-type Outcome int
-
-const (
-	// Processed: the handler's effect and the processed mark committed.
-	Processed Outcome = iota + 1
-	// Retried: the run failed; the row is pending again.
-	Retried
-	// Dead: the row went to the dead letters.
-	Dead
-	// LeaseLost: another worker took the row over; nothing was committed.
-	LeaseLost
-	// Released: the worker stopped and gave the row back unprocessed.
-	Released
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Processed:
-		return "processed"
-	case Retried:
-		return "retried"
-	case Dead:
-		return "dead"
-	case LeaseLost:
-		return "lease_lost"
-	case Released:
-		return "released"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
 // Event reports one run to Config.OnEvent.
 type Event struct {
 	Message Message
-	Outcome Outcome
+	// Outcome is one of idem.Processed (the handler's effect and the
+	// processed mark committed), idem.Retried (the run failed; the row is
+	// pending again), idem.DeadLettered (the row went to the dead letters),
+	// idem.LeaseLost (another worker took the row over; nothing was
+	// committed) and idem.Released (the worker stopped and gave the row back
+	// unprocessed).
+	Outcome idem.Outcome
+	// DeadReason says why the row went to the dead letters, when Outcome is
+	// idem.DeadLettered: idem.DeadMaxAttempts, idem.DeadPermanent or
+	// idem.DeadNoHandler.
+	DeadReason idem.DeadReason
 	// Err is the handler's (or the backend's) error; nil when Processed.
 	Err error
 	// Duration is how long the run took.
@@ -387,7 +365,7 @@ func (w *Worker[Tx]) runBatch(ctx context.Context, rows []Row) {
 		if held {
 			w.runOne(rctx, ctx, r)
 		} else {
-			w.emit(Event{Message: r.Message(), Outcome: LeaseLost, Err: idem.ErrLeaseLost})
+			w.emit(Event{Message: r.Message(), Outcome: idem.LeaseLost, Err: idem.ErrLeaseLost})
 		}
 		cancel(nil)
 		bl.drop(r.ID)
@@ -455,7 +433,7 @@ func (w *Worker[Tx]) release(ctx context.Context, bl *batchLeases, rows []Row) {
 		return
 	}
 	for _, r := range rows {
-		w.emit(Event{Message: r.Message(), Outcome: Released})
+		w.emit(Event{Message: r.Message(), Outcome: idem.Released})
 	}
 }
 
@@ -476,8 +454,8 @@ func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
 	h := w.handlers[r.Type]
 	w.mu.Unlock()
 	if h == nil {
-		reason := fmt.Sprintf("no handler registered for event type %q", r.Type)
-		w.fail(ctx, r, FailRequest{Lease: lease, Error: reason, Dead: true, DeadReason: reason}, start, errors.New("inbox: "+reason))
+		text := fmt.Sprintf("no handler registered for event type %q", r.Type)
+		w.fail(ctx, r, FailRequest{Lease: lease, Error: text, Dead: true, DeadReason: idem.DeadNoHandler}, start, errors.New("inbox: "+text))
 		return
 	}
 	err := w.b.Complete(rctx, lease, func(ctx context.Context, tx Tx) (err error) {
@@ -491,11 +469,11 @@ func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
 	})
 	switch {
 	case err == nil:
-		w.emit(Event{Message: msg, Outcome: Processed, Duration: time.Since(start)})
+		w.emit(Event{Message: msg, Outcome: idem.Processed, Duration: time.Since(start)})
 		return
 	case errors.Is(err, idem.ErrLeaseLost) || errors.Is(context.Cause(rctx), idem.ErrLeaseLost):
 		w.log.WarnContext(ctx, "inbox: lease lost; another worker has the row", "row", r.ID, "err", err)
-		w.emit(Event{Message: msg, Outcome: LeaseLost, Err: err, Duration: time.Since(start)})
+		w.emit(Event{Message: msg, Outcome: idem.LeaseLost, Err: err, Duration: time.Since(start)})
 		return
 	case ctx.Err() != nil:
 		// A hard stop cancelled the handler: not the message's fault.
@@ -505,12 +483,12 @@ func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
 	req := FailRequest{Lease: lease, Error: CutError(err.Error())}
 	switch {
 	case retry.IsPermanent(err):
-		req.Dead, req.DeadReason = true, "permanent error"
+		req.Dead, req.DeadReason = true, idem.DeadPermanent
 	case idem.IsRetryable(err):
 		req.Uncounted = true
 		req.Delay = w.policy.DelayFor(r.Attempts, err)
 	case w.policy.MaxAttempts > 0 && r.Attempts+1 >= w.policy.MaxAttempts:
-		req.Dead, req.DeadReason = true, fmt.Sprintf("failed %d times (max attempts %d)", r.Attempts+1, w.policy.MaxAttempts)
+		req.Dead, req.DeadReason = true, idem.DeadMaxAttempts
 	default:
 		req.Delay = w.policy.DelayFor(r.Attempts, err)
 	}
@@ -520,21 +498,19 @@ func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
 func (w *Worker[Tx]) fail(ctx context.Context, r Row, req FailRequest, start time.Time, cause error) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	ev := Event{Message: r.Message(), Outcome: Retried, Err: cause}
-	if req.Dead {
-		ev.Outcome = Dead
-	}
+	ev := Event{Message: r.Message(), Outcome: idem.Retried, Err: cause}
 	if err := w.b.Fail(fctx, req); err != nil {
 		if errors.Is(err, idem.ErrLeaseLost) {
-			ev.Outcome = LeaseLost
+			ev.Outcome = idem.LeaseLost
 		} else {
 			// The row stays leased; it is run again after the lease expires.
 			w.log.WarnContext(ctx, "inbox: recording a failure failed", "row", r.ID, "err", err, "cause", cause)
-			ev.Outcome, ev.Err = Retried, errors.Join(cause, err)
+			ev.Err = errors.Join(cause, err)
 		}
 	} else if req.Dead {
+		ev.Outcome, ev.DeadReason = idem.DeadLettered, req.DeadReason
 		w.log.WarnContext(ctx, "inbox: message is dead", "row", r.ID, "source", r.Source, "id", r.MessageID,
-			"type", r.Type, "reason", req.DeadReason, "err", cause)
+			"type", r.Type, "reason", req.DeadReason, "attempts", r.Attempts+1, "err", cause)
 	}
 	ev.Duration = time.Since(start)
 	w.emit(ev)

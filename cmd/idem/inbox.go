@@ -103,7 +103,7 @@ func newInboxDeadCmd() *cobra.Command {
 				fmt.Fprintln(tw, "ID\tSOURCE\tMESSAGE\tTYPE\tATTEMPTS\tREASON\tLAST ERROR")
 				for _, r := range rows {
 					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Source, r.MessageID, r.Type, r.Attempts,
-						flatText(r.DeadReason, 80), flatText(r.LastError, 120))
+						flatText(string(r.DeadReason), 80), flatText(r.LastError, 120))
 				}
 				return tw.Flush()
 			})
@@ -162,7 +162,7 @@ func newInboxShowCmd() *cobra.Command {
 					{"next attempt", fmtTime(r.NextAttemptAt)},
 					{"lease expires", fmtTime(r.LeaseExpiresAt)},
 					{"processed", fmtTime(r.ProcessedAt)},
-					{"dead reason", r.DeadReason},
+					{"dead reason", string(r.DeadReason)},
 					{"last error", flatText(r.LastError, inbox.MaxErrorBytes)},
 					{"payload", fmt.Sprintf("%d bytes", len(r.Payload))},
 				} {

@@ -90,7 +90,7 @@ func checkInboxCommands(t *testing.T, env map[string]string, ib inbox.Admin) {
 	}
 	r = runCLI(t, env, "inbox", "dead")
 	wantExit(t, r, exitOK)
-	if strings.Count(r.Stdout, "failed 2 times (max attempts 2)") != 3 || !strings.Contains(r.Stdout, "card declined") {
+	if strings.Count(r.Stdout, "max_attempts") != 3 || !strings.Contains(r.Stdout, "card declined") {
 		t.Fatalf("dead:\n%s", r.Stdout)
 	}
 	r = runCLI(t, env, "inbox", "show", "2")

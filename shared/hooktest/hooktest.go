@@ -268,9 +268,9 @@ func DriveHTTP(t testing.TB, h http.Handler) {
 //	order.created  processed  3ms
 //	order.created  processed  1ms
 //	order.created  retried    1ms (with an error)
-//	order.paid     dead       1ms
+//	order.paid     dead_lettered 1ms (idem.DeadMaxAttempts)
 //	order.paid     released   (did not run: no duration)
-//	order.paid     Outcome(99) 1ms (unknown)
+//	order.paid     unknown_outcome 1ms (an outcome idem does not declare)
 //	order.shipped  lease_lost (no duration, idem.ErrLeaseLost)
 //	spam.1         processed  1ms
 //	spam.2         processed  1ms
@@ -279,15 +279,15 @@ func DriveInbox(ctx context.Context, hooks []idem.Hook) {
 		return inbox.Message{Source: "orders-secret", ID: "msg-secret", Type: typ, OrderingKey: "customer-secret"}
 	}
 	for _, ev := range []inbox.Event{
-		{Message: msg("order.created"), Outcome: inbox.Processed, Duration: 3 * time.Millisecond},
-		{Message: msg("order.created"), Outcome: inbox.Processed, Duration: time.Millisecond},
-		{Message: msg("order.created"), Outcome: inbox.Retried, Err: errors.New("x"), Duration: time.Millisecond},
-		{Message: msg("order.paid"), Outcome: inbox.Dead, Duration: time.Millisecond},
-		{Message: msg("order.paid"), Outcome: inbox.Released},
-		{Message: msg("order.paid"), Outcome: inbox.Outcome(99), Duration: time.Millisecond},
-		{Message: msg("order.shipped"), Outcome: inbox.LeaseLost, Err: idem.ErrLeaseLost},
-		{Message: msg("spam.1"), Outcome: inbox.Processed, Duration: time.Millisecond},
-		{Message: msg("spam.2"), Outcome: inbox.Processed, Duration: time.Millisecond},
+		{Message: msg("order.created"), Outcome: idem.Processed, Duration: 3 * time.Millisecond},
+		{Message: msg("order.created"), Outcome: idem.Processed, Duration: time.Millisecond},
+		{Message: msg("order.created"), Outcome: idem.Retried, Err: errors.New("x"), Duration: time.Millisecond},
+		{Message: msg("order.paid"), Outcome: idem.DeadLettered, DeadReason: idem.DeadMaxAttempts, Duration: time.Millisecond},
+		{Message: msg("order.paid"), Outcome: idem.Released},
+		{Message: msg("order.paid"), Outcome: idem.Outcome("unknown_outcome"), Duration: time.Millisecond},
+		{Message: msg("order.shipped"), Outcome: idem.LeaseLost, Err: idem.ErrLeaseLost},
+		{Message: msg("spam.1"), Outcome: idem.Processed, Duration: time.Millisecond},
+		{Message: msg("spam.2"), Outcome: idem.Processed, Duration: time.Millisecond},
 	} {
 		for _, h := range hooks {
 			ReportRun(ctx, h, ev)
@@ -300,11 +300,11 @@ func DriveInbox(ctx context.Context, hooks []idem.Hook) {
 // to msg-6, ordering key customer-secret) whose outcomes are, in order:
 //
 //	1 order.created    processed
-//	2 order.failing    retried    (handler error, first attempt)
-//	3 order.permanent  dead       (retry.Permanent)
-//	4 order.created    lease_lost (another worker took the row)
-//	5 order.unknown    dead       (no handler)
-//	6 order.failing    dead       (third attempt of three)
+//	2 order.failing    retried       (handler error, first attempt)
+//	3 order.permanent  dead_lettered (idem.DeadPermanent)
+//	4 order.created    lease_lost    (another worker took the row)
+//	5 order.unknown    dead_lettered (idem.DeadNoHandler)
+//	6 order.failing    dead_lettered (idem.DeadMaxAttempts: third attempt of three)
 func NewWorker(t testing.TB, hooks []idem.Hook) *inbox.Worker[struct{}] {
 	t.Helper()
 	row := func(id int64, typ string, attempts int) inbox.Row {
@@ -436,7 +436,7 @@ func ReportConcurrently(goroutines, each int, hook func(name string) idem.Hook) 
 			for range each {
 				ReportDo(ctx, h, idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.Processed, Duration: time.Millisecond})
 				ReportDelivery(ctx, h, consume.Event{Consumer: name, Outcome: idem.Retried, Err: errors.New("x"), Duration: time.Millisecond})
-				ReportRun(ctx, h, inbox.Event{Message: inbox.Message{Type: name}, Outcome: inbox.Processed, Duration: time.Millisecond})
+				ReportRun(ctx, h, inbox.Event{Message: inbox.Message{Type: name}, Outcome: idem.Processed, Duration: time.Millisecond})
 				ReportRequest(ctx, h, idemhttp.Event{Request: req, Outcome: idem.Processed, Status: 201, Duration: time.Millisecond})
 			}
 		})

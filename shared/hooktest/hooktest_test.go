@@ -94,7 +94,7 @@ func TestInboxDrivers(t *testing.T) {
 	}{
 		"DriveInbox": {func(hooks []idem.Hook) { DriveInbox(context.Background(), hooks) }, []string{
 			"order.created processed", "order.created processed", "order.created retried",
-			"order.paid dead", "order.paid released", "order.paid Outcome(99)",
+			"order.paid dead_lettered/max_attempts", "order.paid released", "order.paid unknown_outcome",
 			"order.shipped lease_lost", "spam.1 processed", "spam.2 processed",
 		}},
 		"NewWorker": {func(hooks []idem.Hook) {
@@ -102,8 +102,8 @@ func TestInboxDrivers(t *testing.T) {
 				t.Errorf("RunOnce: %d, %v", n, err)
 			}
 		}, []string{
-			"order.created processed", "order.failing retried", "order.permanent dead",
-			"order.created lease_lost", "order.unknown dead", "order.failing dead",
+			"order.created processed", "order.failing retried", "order.permanent dead_lettered/permanent",
+			"order.created lease_lost", "order.unknown dead_lettered/no_handler", "order.failing dead_lettered/max_attempts",
 		}},
 	} {
 		var mu sync.Mutex
@@ -111,7 +111,11 @@ func TestInboxDrivers(t *testing.T) {
 		c.drive([]idem.Hook{runEnd(func(_ context.Context, ev inbox.Event) {
 			mu.Lock()
 			defer mu.Unlock()
-			got = append(got, ev.Message.Type+" "+ev.Outcome.String())
+			s := ev.Message.Type + " " + ev.Outcome.String()
+			if ev.DeadReason != "" {
+				s += "/" + ev.DeadReason.String()
+			}
+			got = append(got, s)
 		})})
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: events %q, want %q", name, got, c.want)

@@ -168,7 +168,7 @@ func (ib *Inbox) receive(ctx context.Context, q querier, msg inbox.Message) (boo
 			return false, ib.s.wrap("inbox receive", err)
 		}
 		if idem.Fingerprint(fp) != msg.Fingerprint {
-			return false, &inbox.MismatchError{Source: msg.Source, ID: msg.ID, RowID: id}
+			return false, inbox.ReceiveMismatch(msg.Source, msg.ID, id)
 		}
 		return false, nil
 	}
@@ -227,7 +227,7 @@ func (ib *Inbox) Fail(ctx context.Context, req inbox.FailRequest) error {
 	}
 	var n int64
 	err := ib.s.pool.QueryRow(ctx, ib.q.fail, req.ID, req.Token, inbox.CutError(req.Error), micros(req.Delay),
-		req.Dead, inbox.CutError(req.DeadReason), req.Uncounted).Scan(&n)
+		req.Dead, inbox.CutError(string(req.DeadReason)), req.Uncounted).Scan(&n)
 	if err != nil {
 		return ib.s.wrap("inbox fail", err)
 	}

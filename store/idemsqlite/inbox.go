@@ -112,7 +112,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, message_id) DO NOTHING RETU
 		return false, ib.wrap("inbox receive", err)
 	}
 	if idem.Fingerprint(fp) != msg.Fingerprint {
-		return false, &inbox.MismatchError{Source: msg.Source, ID: msg.ID, RowID: id}
+		return false, inbox.ReceiveMismatch(msg.Source, msg.ID, id)
 	}
 	return false, nil
 }
@@ -230,7 +230,7 @@ func (ib *Inbox) Fail(ctx context.Context, req inbox.FailRequest) error {
 	return ib.s.inTx(ctx, op, func(tx *sql.Tx, now int64) error {
 		state, reason, add := "pending", sql.NullString{}, 1
 		if req.Dead {
-			state, reason = "dead", sql.NullString{String: inbox.CutError(req.DeadReason), Valid: true}
+			state, reason = "dead", sql.NullString{String: inbox.CutError(string(req.DeadReason)), Valid: true}
 		}
 		if req.Uncounted {
 			add = 0
