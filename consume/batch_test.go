@@ -10,38 +10,17 @@ import (
 	"github.com/idem-go/idem/consume"
 )
 
-// batch is the ledger's batch Process: all-or-nothing over the fresh
+// batch is the ledger's batch ProcessFunc: all-or-nothing over the fresh
 // messages, failing when any handler fails.
 func (l *ledger) batch(handler func(ctx context.Context, d consume.Delivery) error) consume.BatchProcessFunc {
-	return func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		res := make([]idem.Outcome, len(msgs))
-		fresh := map[string]idem.Fingerprint{}
-		for i, m := range msgs {
-			fp, ok := l.seen[m.Key]
-			if !ok {
-				fp, ok = fresh[m.Key]
-			}
-			switch {
-			case ok && fp != m.Fingerprint:
-				res[i] = idem.Mismatch
-			case ok:
-				res[i] = idem.Duplicate
-			default:
-				if err := handler(ctx, ds[i]); err != nil {
-					return nil, err
-				}
-				fresh[m.Key] = m.Fingerprint
-				res[i] = idem.Processed
+	return consume.TransactionalBatch(l, func(ctx context.Context, _ *ledgerTx, fresh []consume.Delivery) error {
+		for _, d := range fresh {
+			if err := handler(ctx, d); err != nil {
+				return err
 			}
 		}
-		for k, fp := range fresh {
-			l.seen[k] = fp
-			l.effects[k]++
-		}
-		return res, nil
-	}
+		return nil
+	})
 }
 
 func deliveries(specs ...[2]string) []consume.Delivery {

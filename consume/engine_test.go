@@ -63,36 +63,74 @@ func (f *fakeDelivery) ops() string {
 	return strings.Join(f.settled, ",")
 }
 
-// ledger is an in-memory stand-in for a SQL store's Process: the dedupe
-// record and the effect are applied together under one lock, and only when
-// the handler succeeds.
+// ledger is an in-memory stand-in for a SQL store, an idem.Processor: the
+// dedupe records and the effects are applied together under one lock, and
+// only when the handler succeeds.
 type ledger struct {
 	mu      sync.Mutex
 	seen    map[string]idem.Fingerprint
 	effects map[string]int
 }
 
+// ledgerTx is the ledger's transaction.
+type ledgerTx struct{}
+
+var _ idem.Processor[*ledgerTx] = (*ledger)(nil)
+
 func newLedger() *ledger {
 	return &ledger{seen: map[string]idem.Fingerprint{}, effects: map[string]int{}}
 }
 
-func (l *ledger) process(handler func(ctx context.Context, d consume.Delivery) error) consume.ProcessFunc {
-	return func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if fp, ok := l.seen[msg.Key]; ok {
-			if fp != msg.Fingerprint {
-				return idem.Mismatch, fmt.Errorf("ledger: %w", idem.ErrFingerprintMismatch)
-			}
-			return idem.Duplicate, nil
-		}
-		if err := handler(ctx, d); err != nil {
-			return "", err
-		}
-		l.seen[msg.Key] = msg.Fingerprint
-		l.effects[msg.Key]++
-		return idem.Processed, nil
+func (l *ledger) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx *ledgerTx) error) (idem.Outcome, error) {
+	res, err := l.ProcessBatch(ctx, []idem.Message{msg}, func(ctx context.Context, tx *ledgerTx, _ []int) error { return fn(ctx, tx) })
+	if err != nil {
+		return "", err
 	}
+	if res[0] == idem.Mismatch {
+		return idem.Mismatch, fmt.Errorf("ledger: %w", idem.ErrFingerprintMismatch)
+	}
+	return res[0], nil
+}
+
+func (l *ledger) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, tx *ledgerTx, fresh []int) error) ([]idem.Outcome, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	res := make([]idem.Outcome, len(msgs))
+	added := map[string]idem.Fingerprint{}
+	var fresh []int
+	for i, m := range msgs {
+		fp, ok := l.seen[m.Key]
+		if !ok {
+			fp, ok = added[m.Key]
+		}
+		switch {
+		case ok && fp != m.Fingerprint:
+			res[i] = idem.Mismatch
+		case ok:
+			res[i] = idem.Duplicate
+		default:
+			added[m.Key] = m.Fingerprint
+			res[i] = idem.Processed
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) == 0 {
+		return res, nil
+	}
+	if err := fn(ctx, &ledgerTx{}, fresh); err != nil {
+		return nil, err
+	}
+	for k, fp := range added {
+		l.seen[k] = fp
+		l.effects[k]++
+	}
+	return res, nil
+}
+
+// process is the engine's ProcessFunc over the ledger: handler runs in its
+// transaction.
+func (l *ledger) process(handler func(ctx context.Context, d consume.Delivery) error) consume.ProcessFunc {
+	return consume.Transactional(l, func(ctx context.Context, _ *ledgerTx, d consume.Delivery) error { return handler(ctx, d) })
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -1,6 +1,8 @@
 package consume_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -26,4 +28,26 @@ func ExampleDeadLetter_Headers() {
 	h := dl.Headers()
 	fmt.Println(h[consume.HeaderReason], h[consume.HeaderAttempts], h[consume.HeaderConsumer], h[consume.HeaderOrigin], h[consume.HeaderLastError])
 	// Output: max_attempts 3 payments orders/order.created gateway timeout
+}
+
+// The transactional path: the dedupe record and the effect commit in one
+// transaction of a SQL store (any idem.Processor: an *idemsqlite.Store
+// here, an *idempgx.Store with pgx.Tx likewise). Give process (or
+// processBatch) to a broker adapter's Config.
+func ExampleTransactional() {
+	var store idem.Processor[*sql.Tx] // e.g. an *idemsqlite.Store
+	process := consume.Transactional(store, func(ctx context.Context, tx *sql.Tx, d consume.Delivery) error {
+		_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = ?`, string(d.Body()))
+		return err
+	})
+	processBatch := consume.TransactionalBatch(store, func(ctx context.Context, tx *sql.Tx, fresh []consume.Delivery) error {
+		for _, d := range fresh {
+			if _, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = ?`, string(d.Body())); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	engine, err := consume.New(process, &consume.Config{Name: "credits"})
+	_, _, _ = engine, err, processBatch
 }
