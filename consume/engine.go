@@ -266,7 +266,7 @@ func (e *Engine) handle(ctx context.Context, d Delivery, st State, reason idem.D
 		return idem.Abandoned, nil
 	}
 	if errors.Is(err, idem.ErrCommitUnknown) {
-		if serr := retry.Sleep(ctx, e.policy.Delay(st.Failures())); serr != nil {
+		if serr := retry.Sleep(ctx, e.policy.Delay(st.Failures().Total())); serr != nil {
 			return idem.Abandoned, nil
 		}
 		return idem.Requeued, wrapSettle("requeue", d.Requeue(ctx))
@@ -278,24 +278,19 @@ func (e *Engine) handle(ctx context.Context, d Delivery, st State, reason idem.D
 	}
 	next.LastFailure = now
 	next.LastError = bound(err.Error(), e.cfg.MaxErrorBytes)
-	switch retry.Classify(err) {
-	case retry.ClassPermanent:
+	dec := e.policy.Decide(st.Failures(), err)
+	if dec.Counted() {
 		next.Attempts++
-		ev.Reason = idem.DeadPermanent
-		return e.deadLetterState(ctx, d, next, idem.DeadPermanent)
-	case retry.ClassInfrastructure:
+	} else {
 		next.InfraRetries++
 		ev.Infrastructure = true
-	default:
-		next.Attempts++
-		if e.policy.MaxAttempts > 0 && next.Attempts >= e.policy.MaxAttempts {
-			ev.Reason = idem.DeadMaxAttempts
-			return e.deadLetterState(ctx, d, next, idem.DeadMaxAttempts)
-		}
 	}
-	delay := e.policy.DelayFor(st.Failures(), err)
-	ev.Delay = delay
-	return idem.Retried, wrapSettle("retry", d.Retry(ctx, delay, next))
+	if dec.GiveUp() {
+		ev.Reason = dec.Reason
+		return e.deadLetterState(ctx, d, next, dec.Reason)
+	}
+	ev.Delay = dec.Delay
+	return idem.Retried, wrapSettle("retry", d.Retry(ctx, dec.Delay, next))
 }
 
 // run calls the ProcessFunc, turning a panic into a counted failure so that

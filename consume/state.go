@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/retry"
 )
 
 // Header names shared by every adapter. They are lowercase so that brokers
@@ -42,8 +43,10 @@ type State struct {
 	LastError string
 }
 
-// Failures is the number of failures of any kind, the backoff exponent.
-func (s State) Failures() int { return s.Attempts + s.InfraRetries }
+// Failures returns the failures so far, as retry.Policy.Decide takes them.
+func (s State) Failures() retry.Failures {
+	return retry.Failures{Counted: s.Attempts, Infrastructure: s.InfraRetries}
+}
 
 // Headers returns the state as header values; zero fields are left out.
 func (s State) Headers() map[string]string {
