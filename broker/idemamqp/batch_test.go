@@ -18,7 +18,7 @@ import (
 // statement and one transaction per batch, the fresh credits sent in one
 // pipelined round trip.
 func (e *pgEnv) batchProcess() consume.BatchProcessFunc {
-	return func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.ProcessResult, error) {
+	return func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
 		return e.store.ProcessBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, fresh []int) error {
 			b := &pgx.Batch{}
 			for _, i := range fresh {

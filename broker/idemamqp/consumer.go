@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
@@ -26,11 +25,14 @@ func DialURL(url string) DialFunc {
 	return func(context.Context) (*amqp.Connection, error) { return amqp.Dial(url) }
 }
 
-// Config configures a [Consumer].
+// Config configures a [Consumer]. The embedded consume.Config is the
+// engine's: Name (required: the dedupe scope and the consumer named in dead
+// letters), Retry (nil: full jitter, base 1s, cap 1m, 5 attempts),
+// Retention (default 24h; it must exceed MaxAttempts × Cap and QueueTTL),
+// MissingID, Fingerprint, MaxErrorBytes, Hooks, Logger and Now, with the
+// meanings and defaults documented there.
 type Config struct {
-	// Name is the consumer's name: the dedupe scope and the consumer tag
-	// prefix. Required.
-	Name string
+	consume.Config
 	// Topology names the queues. Topology.Queue is required.
 	Topology Topology
 	// Declare makes the consumer declare Topology on every connection.
@@ -46,17 +48,9 @@ type Config struct {
 	// waits for more deliveries. Defaults 1 (no batching) and 5ms.
 	BatchSize int
 	BatchWait time.Duration
-	// Retry is the backoff for failed deliveries (nil: full jitter, base
-	// 1s, cap 1m, 5 attempts).
-	Retry *retry.Policy
-	// Retention is the dedupe window passed to Process. Default 24h. It
-	// must exceed MaxAttempts × Cap and QueueTTL.
-	Retention time.Duration
 	// QueueTTL is the work queue's x-message-ttl, if it has one; it is part
 	// of the redelivery horizon checked against Retention.
 	QueueTTL time.Duration
-	// MissingID is the policy for messages without a message id.
-	MissingID consume.MissingID
 	// Concurrency is the number of handler goroutines. Default 4.
 	Concurrency int
 	// Prefetch is the channel's QoS prefetch count. Default 2×Concurrency.
@@ -66,10 +60,6 @@ type Config struct {
 	// Reconnect is the backoff between reconnection attempts; default base
 	// 100ms, cap 10s, no attempt limit.
 	Reconnect *retry.Policy
-	// Hooks observe every handled delivery.
-	Hooks consume.Hooks
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
 }
 
 // Consumer consumes one work queue through the shared consume.Engine.
@@ -103,19 +93,11 @@ func NewConsumer(dial DialFunc, cfg *Config) (*Consumer, error) {
 	if c.cfg.Prefetch <= 0 {
 		c.cfg.Prefetch = 2 * c.cfg.Concurrency * c.cfg.BatchSize
 	}
-	if c.cfg.Logger == nil {
-		c.cfg.Logger = slog.Default()
-	}
-	if c.cfg.Retention == 0 {
-		c.cfg.Retention = idem.DefaultRetention
-	}
-	engine, err := consume.New(c.cfg.Process, &consume.Config{
-		Name: c.cfg.Name, Retry: c.cfg.Retry, Retention: c.cfg.Retention, MissingID: c.cfg.MissingID,
-		Hooks: c.cfg.Hooks, Logger: c.cfg.Logger,
-	})
+	engine, err := consume.New(c.cfg.Process, &c.cfg.Config)
 	if err != nil {
 		return nil, err
 	}
+	c.cfg.Config = engine.Config() // the engine's defaults filled in
 	p := engine.Policy()
 	if err := consume.CheckRetention(c.cfg.Retention, p.MaxAttempts, p.Cap,
 		consume.Window{Name: "queue x-message-ttl", D: c.cfg.QueueTTL}); err != nil {

@@ -50,14 +50,14 @@ func (e *pgEnv) creditHandler(fail func(d consume.Delivery) error) func(ctx cont
 // idemProcess binds the consumer to idempgx.Process: the dedupe row and the
 // credit commit in one transaction.
 func (e *pgEnv) idemProcess(h func(ctx context.Context, tx pgx.Tx, d consume.Delivery) error) consume.ProcessFunc {
-	return func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+	return func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		return e.store.Process(ctx, msg, func(ctx context.Context, tx pgx.Tx) error { return h(ctx, tx, d) })
 	}
 }
 
 // naiveProcess runs the credit in a transaction without any dedupe.
 func (e *pgEnv) naiveProcess(h func(ctx context.Context, tx pgx.Tx, d consume.Delivery) error) consume.ProcessFunc {
-	return func(ctx context.Context, _ idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+	return func(ctx context.Context, _ idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error { return h(ctx, tx, d) })
 		if err != nil {
 			return "", err
@@ -74,8 +74,8 @@ func newConsumer(t testing.TB, dial idemamqp.DialFunc, topo idemamqp.Topology, p
 	t.Helper()
 	counters := &consume.Counters{}
 	cfg := &idemamqp.Config{
-		Name: "payments-" + suffix(), Topology: topo, Process: p, Retry: fastRetry(3),
-		Concurrency: 4, Hooks: counters, Logger: quiet,
+		Config:   consume.Config{Name: "payments-" + suffix(), Retry: fastRetry(3), Hooks: []idem.Hook{counters}, Logger: quiet},
+		Topology: topo, Process: p, Concurrency: 4,
 		Reconnect: &retry.Policy{Base: 20 * time.Millisecond, Cap: 200 * time.Millisecond, MaxAttempts: -1},
 	}
 	if mod != nil {
@@ -170,7 +170,7 @@ func TestExercise5(t *testing.T) {
 		return len(dead) == 1
 	})
 	m := dead[0]
-	if m.ID != "payment-5" || m.Reason != consume.ReasonMaxAttempts || m.Attempts != 3 || m.Consumer != name ||
+	if m.ID != "payment-5" || m.Reason != idem.DeadMaxAttempts || m.Attempts != 3 || m.Consumer != name ||
 		m.Origin != "/"+topo.Queue || !strings.Contains(m.LastError, "account is frozen") ||
 		m.FirstFailure.IsZero() || m.LastFailure.Before(m.FirstFailure) {
 		t.Fatalf("dead letter %+v", m.DeadLetter)
@@ -252,11 +252,11 @@ func TestPermanentAndConflict(t *testing.T) {
 	if err != nil || len(dead) != 2 {
 		t.Fatal(dead, err)
 	}
-	reasons := map[string]string{}
+	reasons := map[string]idem.DeadReason{}
 	for _, m := range dead {
 		reasons[m.ID] = m.Reason
 	}
-	if reasons["bad-json"] != consume.ReasonPermanent || reasons["pay-1"] != consume.ReasonIDConflict {
+	if reasons["bad-json"] != idem.DeadPermanent || reasons["pay-1"] != idem.DeadMismatch {
 		t.Fatalf("reasons %v", reasons)
 	}
 	if got, _ := pg.balance(t, "c"); got != 14 {
@@ -372,23 +372,23 @@ func TestConnectionLoss(t *testing.T) {
 
 func TestNewConsumerValidates(t *testing.T) {
 	t.Parallel()
-	p := func(context.Context, idem.Message, consume.Delivery) (idem.ProcessResult, error) {
+	p := func(context.Context, idem.Message, consume.Delivery) (idem.Outcome, error) {
 		return idem.Processed, nil
 	}
 	dial := idemamqp.DialURL("amqp://127.0.0.1:1/")
 	for _, cfg := range []*idemamqp.Config{
 		nil,
-		{Name: "x", Process: p}, // no queue
-		{Name: "", Process: p, Topology: idemamqp.Topology{Queue: "q"}},
-		{Name: "x", Topology: idemamqp.Topology{Queue: "q"}}, // no process
-		{Name: "x", Process: p, Topology: idemamqp.Topology{Queue: "q"}, Retention: time.Minute, Retry: &retry.Policy{Cap: time.Minute, MaxAttempts: 5}},
-		{Name: "x", Process: p, Topology: idemamqp.Topology{Queue: "q"}, Retention: time.Hour, QueueTTL: 2 * time.Hour},
+		{Config: consume.Config{Name: "x"}, Process: p}, // no queue
+		{Config: consume.Config{Name: ""}, Process: p, Topology: idemamqp.Topology{Queue: "q"}},
+		{Config: consume.Config{Name: "x"}, Topology: idemamqp.Topology{Queue: "q"}}, // no process
+		{Config: consume.Config{Name: "x", Retention: time.Minute, Retry: &retry.Policy{Cap: time.Minute, MaxAttempts: 5}}, Process: p, Topology: idemamqp.Topology{Queue: "q"}},
+		{Config: consume.Config{Name: "x", Retention: time.Hour}, Process: p, Topology: idemamqp.Topology{Queue: "q"}, QueueTTL: 2 * time.Hour},
 	} {
 		if _, err := idemamqp.NewConsumer(dial, cfg); !errors.Is(err, idem.ErrInvalidConfig) {
 			t.Errorf("NewConsumer(%+v) = %v", cfg, err)
 		}
 	}
-	_, err := idemamqp.NewConsumer(dial, &idemamqp.Config{Name: "x", Process: p, Topology: idemamqp.Topology{Queue: "q"}, Retention: time.Hour, QueueTTL: 2 * time.Hour})
+	_, err := idemamqp.NewConsumer(dial, &idemamqp.Config{Config: consume.Config{Name: "x", Retention: time.Hour}, Process: p, Topology: idemamqp.Topology{Queue: "q"}, QueueTTL: 2 * time.Hour})
 	if err == nil || !strings.Contains(err.Error(), "1h0m0s") || !strings.Contains(err.Error(), "2h0m0s") {
 		t.Fatalf("retention error must name both numbers: %v", err)
 	}

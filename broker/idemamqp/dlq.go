@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -68,7 +69,10 @@ func parseDeadMessage(d amqp.Delivery) DeadMessage {
 		// Dead-lettered by the broker itself (TTL, rejection, length limit).
 		if xs, ok := d.Headers["x-death"].([]any); ok && len(xs) > 0 {
 			if t, ok := xs[0].(amqp.Table); ok {
-				m.Reason, _ = t["reason"].(string)
+				// Not one of idem's reasons: RabbitMQ's own ("expired",
+				// "rejected", "maxlen", "delivery_limit").
+				r, _ := t["reason"].(string)
+				m.Reason = idem.DeadReason(r)
 			}
 		}
 	}
@@ -256,7 +260,7 @@ func Publish(ctx context.Context, ch *amqp.Channel, exchange, key string, p amqp
 // when, where it came from and RabbitMQ's own dead-lettering history.
 func (m DeadMessage) Report(now time.Time) string {
 	var b []byte
-	b = fmt.Appendf(b, "message %q: %s after %d attempt(s)", m.ID, orDash(m.Reason), m.Attempts)
+	b = fmt.Appendf(b, "message %q: %s after %d attempt(s)", m.ID, orDash(string(m.Reason)), m.Attempts)
 	if m.Consumer != "" {
 		b = fmt.Appendf(b, " in consumer %q", m.Consumer)
 	}

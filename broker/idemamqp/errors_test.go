@@ -21,7 +21,7 @@ func TestInfrastructureErrorsDoNotDeadLetter(t *testing.T) {
 	t.Parallel()
 	topo, conn := newTopology(t)
 	var runs atomic.Int32
-	p := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+	p := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		if runs.Add(1) <= 6 {
 			return "", idem.Retryable(errors.New("connection refused"))
 		}
@@ -42,9 +42,9 @@ func TestCommitUnknownRequeues(t *testing.T) {
 	t.Parallel()
 	topo, conn := newTopology(t)
 	var runs atomic.Int32
-	p := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+	p := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		if runs.Add(1) == 1 {
-			return "", fmt.Errorf("commit: %w", consume.ErrCommitUnknown)
+			return "", fmt.Errorf("commit: %w", idem.ErrCommitUnknown)
 		}
 		return idem.Duplicate, nil // the first commit had in fact succeeded
 	}
@@ -70,7 +70,7 @@ func TestRedriveCapAndFilter(t *testing.T) {
 	}
 	ctx := context.Background()
 	pub := func(id string, redrives string) {
-		h := amqp.Table{consume.HeaderReason: consume.ReasonMaxAttempts, consume.HeaderOrigin: "/" + topo.Queue, consume.HeaderAttempts: "5"}
+		h := amqp.Table{consume.HeaderReason: string(idem.DeadMaxAttempts), consume.HeaderOrigin: "/" + topo.Queue, consume.HeaderAttempts: "5"}
 		if redrives != "" {
 			h[idemamqp.HeaderRedrives] = redrives
 		}
@@ -127,7 +127,7 @@ func TestBrokerErrors(t *testing.T) {
 	defer ch2.Close()
 	bad := idemamqp.Topology{Queue: topo.Queue, DeadLetterExchange: "other.dlx." + suffix()}
 	defer ch2.ExchangeDelete(bad.DeadLetterExchange, false, false)
-	c, _ := newConsumer(t, idemamqp.DialURL(amqpURL(t)), bad, func(context.Context, idem.Message, consume.Delivery) (idem.ProcessResult, error) {
+	c, _ := newConsumer(t, idemamqp.DialURL(amqpURL(t)), bad, func(context.Context, idem.Message, consume.Delivery) (idem.Outcome, error) {
 		return idem.Processed, nil
 	}, func(cfg *idemamqp.Config) { cfg.Declare = true })
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -137,7 +137,7 @@ func TestBrokerErrors(t *testing.T) {
 		t.Fatalf("Run = %v, want PRECONDITION_FAILED", err)
 	}
 	// Unreachable broker: Run keeps retrying until its context ends.
-	c2, _ := newConsumer(t, idemamqp.DialURL("amqp://guest:guest@127.0.0.1:1/"), topo, func(context.Context, idem.Message, consume.Delivery) (idem.ProcessResult, error) {
+	c2, _ := newConsumer(t, idemamqp.DialURL("amqp://guest:guest@127.0.0.1:1/"), topo, func(context.Context, idem.Message, consume.Delivery) (idem.Outcome, error) {
 		return idem.Processed, nil
 	}, nil)
 	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
-	"github.com/idem-go/idem/retry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -26,12 +24,16 @@ const (
 	HeaderDeliveries = "x-idem-deliveries"
 )
 
-// Config configures a [Consumer].
+// Config configures a [Consumer]. The embedded consume.Config is the
+// engine's: Name (required: the dedupe scope and the consumer named in dead
+// letters; several JetStream consumers may share one Name and then
+// deduplicate against each other), Retry (nil: full jitter, base 1s, cap
+// 1m, 5 attempts, applied with NakWithDelay), Retention (default 24h; it
+// must cover the redelivery horizon, see [NewConsumer]), MissingID (for
+// messages without a Nats-Msg-Id), Fingerprint, MaxErrorBytes, Hooks,
+// Logger and Now, with the meanings and defaults documented there.
 type Config struct {
-	// Name is the idem consumer name: the dedupe scope and the consumer
-	// named in dead letters. Required. Several JetStream consumers may
-	// share one Name; they then deduplicate against each other.
-	Name string
+	consume.Config
 	// Stream and Consumer name an existing durable JetStream consumer with
 	// AckPolicy explicit. Required.
 	Stream, Consumer string
@@ -41,14 +43,6 @@ type Config struct {
 	// permanent error, an id conflict or a missing id. A stream must
 	// capture it (checked at start). Required.
 	DeadLetterSubject string
-	// Retry is the backoff for failed deliveries (nil: full jitter, base
-	// 1s, cap 1m, 5 attempts), applied with NakWithDelay.
-	Retry *retry.Policy
-	// Retention is the dedupe window. Default 24h. It must cover the
-	// redelivery horizon (see [NewConsumer]).
-	Retention time.Duration
-	// MissingID is the policy for messages without a Nats-Msg-Id.
-	MissingID consume.MissingID
 	// DoubleAck waits for the server to confirm every ack, so that a lost
 	// ack is noticed (the redelivery is deduped either way).
 	DoubleAck bool
@@ -58,10 +52,6 @@ type Config struct {
 	Heartbeat time.Duration
 	// Concurrency is the number of handler goroutines. Default 4.
 	Concurrency int
-	// Hooks observe every handled delivery.
-	Hooks consume.Hooks
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
 }
 
 // Consumer consumes one durable JetStream consumer through the shared
@@ -102,19 +92,11 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Con
 	if c.cfg.Concurrency <= 0 {
 		c.cfg.Concurrency = 4
 	}
-	if c.cfg.Logger == nil {
-		c.cfg.Logger = slog.Default()
-	}
-	if c.cfg.Retention == 0 {
-		c.cfg.Retention = idem.DefaultRetention
-	}
-	engine, err := consume.New(c.cfg.Process, &consume.Config{
-		Name: c.cfg.Name, Retry: c.cfg.Retry, Retention: c.cfg.Retention, MissingID: c.cfg.MissingID,
-		Hooks: c.cfg.Hooks, Logger: c.cfg.Logger,
-	})
+	engine, err := consume.New(c.cfg.Process, &c.cfg.Config)
 	if err != nil {
 		return nil, err
 	}
+	c.cfg.Config = engine.Config() // the engine's defaults filled in
 	c.engine = engine
 	stream, err := js.Stream(ctx, c.cfg.Stream)
 	if err != nil {

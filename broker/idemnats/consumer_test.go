@@ -129,7 +129,7 @@ func TestDuplicateStormAcrossConsumers(t *testing.T) {
 		e.consumer(t, name, 5*time.Second, -1)
 		// Two processes per durable consumer.
 		for range 2 {
-			run(t, newConsumer(t, e, name, idemnats.Config{Process: e.process(nil), Concurrency: 8, Hooks: &counters}))
+			run(t, newConsumer(t, e, name, idemnats.Config{Config: consume.Config{Hooks: []idem.Hook{&counters}}, Process: e.process(nil), Concurrency: 8}))
 		}
 	}
 	pub := idemnats.NewPublisher(e.js)
@@ -186,7 +186,7 @@ func TestHandlerFailureRetriesThenDeadLetter(t *testing.T) {
 	e.consumer(t, "c", 5*time.Second, -1)
 	var calls atomic.Int64
 	var counters consume.Counters
-	c := newConsumer(t, e, "c", idemnats.Config{Hooks: &counters, Process: e.process(func(consume.Delivery) error {
+	c := newConsumer(t, e, "c", idemnats.Config{Config: consume.Config{Hooks: []idem.Hook{&counters}}, Process: e.process(func(consume.Delivery) error {
 		calls.Add(1)
 		return errors.New("gateway timeout")
 	})})
@@ -207,7 +207,7 @@ func TestHandlerFailureRetriesThenDeadLetter(t *testing.T) {
 	}
 	h := dl[0].Headers()
 	meta := consume.ParseDeadLetter(func(k string) (string, bool) { v := h.Get(k); return v, v != "" })
-	if meta.Attempts != 3 || meta.Reason != consume.ReasonMaxAttempts || meta.Consumer != "orders" || meta.Origin != e.subject ||
+	if meta.Attempts != 3 || meta.Reason != idem.DeadMaxAttempts || meta.Consumer != "orders" || meta.Origin != e.subject ||
 		!strings.Contains(meta.LastError, "gateway timeout") || meta.FirstFailure.IsZero() || !meta.LastFailure.After(meta.FirstFailure) {
 		t.Fatalf("dead-letter metadata %+v", meta)
 	}
@@ -253,11 +253,11 @@ func TestMissingIDAndPermanent(t *testing.T) {
 	}
 	run(t, c)
 	eventually(t, 10*time.Second, "two dead letters", func() bool { return streamMsgs(t, e, e.stream+"_DLQ") == 2 })
-	reasons := map[string]string{}
+	reasons := map[string]idem.DeadReason{}
 	for _, m := range readDLQ(t, e, 2) {
-		reasons[string(m.Data())] = m.Headers().Get(consume.HeaderReason)
+		reasons[string(m.Data())] = idem.DeadReason(m.Headers().Get(consume.HeaderReason))
 	}
-	if reasons["no id"] != consume.ReasonMissingID || reasons["bad"] != consume.ReasonPermanent {
+	if reasons["no id"] != idem.DeadMissingID || reasons["bad"] != idem.DeadPermanent {
 		t.Fatalf("reasons %v", reasons)
 	}
 }
@@ -291,7 +291,7 @@ func TestDoubleAck(t *testing.T) {
 	ctx := context.Background()
 	e.consumer(t, "c", 5*time.Second, -1)
 	var counters consume.Counters
-	c := newConsumer(t, e, "c", idemnats.Config{DoubleAck: true, Hooks: &counters, Process: e.process(nil)})
+	c := newConsumer(t, e, "c", idemnats.Config{Config: consume.Config{Hooks: []idem.Hook{&counters}}, DoubleAck: true, Process: e.process(nil)})
 	if _, err := idemnats.NewPublisher(e.js).Publish(ctx, e.subject, []byte("x"), "x-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestStartupChecks(t *testing.T) {
 	if _, err := e.js.CreateOrUpdateConsumer(ctx, e.stream, jetstream.ConsumerConfig{Durable: "none", AckPolicy: jetstream.AckNonePolicy}); err != nil {
 		t.Fatal(err)
 	}
-	base := idemnats.Config{Name: "orders", Stream: e.stream, DeadLetterSubject: e.dlq, Retry: fast, Process: e.process(nil), Logger: quiet}
+	base := idemnats.Config{Config: consume.Config{Name: "orders", Retry: fast, Logger: quiet}, Stream: e.stream, DeadLetterSubject: e.dlq, Process: e.process(nil)}
 	try := func(mod func(*idemnats.Config)) error {
 		cfg := base
 		mod(&cfg)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/broker/idemnats"
+	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/store/idemsqlite"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,8 +35,8 @@ func TestCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := &env{nc: nc, js: js, stream: stream, dlq: dlq, store: st}
-	c, err := idemnats.NewConsumer(ctx, js, &idemnats.Config{Name: "crash", Stream: stream, Consumer: "c", DeadLetterSubject: dlq,
-		Process: e.process(nil), Concurrency: 8, Retry: fast, Logger: quiet})
+	c, err := idemnats.NewConsumer(ctx, js, &idemnats.Config{Config: consume.Config{Name: "crash", Retry: fast, Logger: quiet},
+		Stream: stream, Consumer: "c", DeadLetterSubject: dlq, Process: e.process(nil), Concurrency: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

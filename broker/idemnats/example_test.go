@@ -43,11 +43,11 @@ func ExampleNewConsumer() {
 	defer store.Close()
 
 	c, err := idemnats.NewConsumer(ctx, js, &idemnats.Config{
-		Name:              "billing",
+		Config:            consume.Config{Name: "billing"},
 		Stream:            "ORDERS",
 		Consumer:          "billing",
 		DeadLetterSubject: "orders.dead",
-		Process: func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+		Process: func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 			return store.Process(ctx, msg, func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO invoices (msg_id, body) VALUES (?, ?)`, msg.Key, d.Body())
 				return err

@@ -103,7 +103,7 @@ func (e *env) consumer(t *testing.T, name string, ackWait time.Duration, maxDeli
 // process is a ProcessFunc recording one effects row per processed
 // message in the dedupe record's transaction; handler may fail it first.
 func (e *env) process(handler func(d consume.Delivery) error) consume.ProcessFunc {
-	return func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+	return func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		return e.store.Process(ctx, msg, func(ctx context.Context, tx *sql.Tx) error {
 			if handler != nil {
 				if err := handler(d); err != nil {
