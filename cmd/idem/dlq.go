@@ -37,20 +37,27 @@ const (
 )
 
 func newDLQCmd(*app) *cobra.Command {
-	subs := func() []*cobra.Command {
+	amqpSubs := func() []*cobra.Command {
 		return []*cobra.Command{newDLQListCmd(), newDLQShowCmd(), newDLQRedriveCmd(), newDLQPurgeCmd()}
 	}
-	c := groupCmd("dlq", "Inspect, redrive and purge the dead letters of a RabbitMQ consumer", subs()...)
-	c.Long = `Inspect, redrive and purge the dead letters of an idemamqp consumer.
+	amqpCmd := groupCmd("amqp", "Inspect, redrive and purge the dead letters of a RabbitMQ (idemamqp) consumer", amqpSubs()...)
+	amqpCmd.Long = `Inspect, redrive and purge the dead letters of an idemamqp consumer.
 
 --queue names the consumer's work queue; its dead letters are in QUEUE.dlq (the
 topology idemamqp.Declare creates), or in the queue --dlq names. Zero dead
 letters is the normal state: "list --fail-if-any" exits 3 when there are some,
-for monitoring scripts and cron alerts.
+for monitoring scripts and cron alerts.`
+	c := groupCmd("dlq", "Inspect, redrive and purge a consumer's dead letters, per broker", amqpCmd)
+	c.Long = `Inspect, redrive and purge a consumer's dead letters. The word after "dlq"
+names the broker: "idem dlq amqp list|show|redrive|purge" for RabbitMQ.
 
-"idem dlq amqp …" is the same set of commands.`
-	amqpCmd := groupCmd("amqp", "The same commands, naming the broker (RabbitMQ)", subs()...)
-	c.AddCommand(amqpCmd)
+The spelling without the broker word ("idem dlq list …", RabbitMQ only) still
+works and is deprecated.`
+	// The spelling from before the broker word: hidden, kept working.
+	for _, sub := range amqpSubs() {
+		sub.Hidden = true
+		c.AddCommand(sub)
+	}
 	return c
 }
 
@@ -152,7 +159,7 @@ Zero dead letters is the normal state: the command then prints
 the queue is not empty (after printing the list), so that a cron job or a
 monitoring check can alert on it:
 
-  idem dlq list --queue orders --fail-if-any || alert "orders has dead letters"
+  idem dlq amqp list --queue orders --fail-if-any || alert "orders has dead letters"
 
 Exit status: 0 listed (or empty), 1 the command failed (broker unreachable,
 queue missing), 2 the command line was wrong, 3 --fail-if-any and dead letters.`,
@@ -206,7 +213,7 @@ func writeDeadLetterList(w io.Writer, t *dlqTarget, msgs []idemamqp.DeadMessage,
 	fmt.Fprintln(tw, "ID\tREASON\tATTEMPTS\tFIRST FAILURE\tLAST FAILURE\tAGE\tCONSUMER\tORIGIN\tLAST ERROR")
 	for _, m := range msgs {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			cell(m.ID, listFieldWidth), cell(m.Reason, listFieldWidth), m.Attempts,
+			cell(m.ID, listFieldWidth), cell(string(m.Reason), listFieldWidth), m.Attempts,
 			timeCell(m.FirstFailure), timeCell(m.LastFailure), m.Age(now).Round(time.Second),
 			cell(m.Consumer, listFieldWidth), cell(m.Origin, listFieldWidth), cell(m.LastError, listErrorWidth))
 	}
@@ -255,7 +262,7 @@ func writeDeadLettersJSON(w io.Writer, msgs []idemamqp.DeadMessage, bodyBytes []
 	out := make([]deadLetterJSON, 0, len(msgs))
 	for i, m := range msgs {
 		j := deadLetterJSON{
-			ID: m.ID, Reason: m.Reason, Attempts: m.Attempts, InfraRetries: m.InfraRetries,
+			ID: m.ID, Reason: string(m.Reason), Attempts: m.Attempts, InfraRetries: m.InfraRetries,
 			FirstFailure: opt(m.FirstFailure), LastFailure: opt(m.LastFailure), LastError: m.LastError,
 			Consumer: m.Consumer, Origin: m.Origin, Redrives: m.Redrives, Published: opt(m.Published),
 			BodyBytes: bodyBytes[i],
@@ -439,7 +446,7 @@ dead letters. --dry-run prints what would move and changes nothing.`,
 			case all:
 				return true
 			case reason != "":
-				return m.Reason == reason
+				return string(m.Reason) == reason
 			}
 			return slices.Contains(ids, m.ID)
 		}
@@ -458,7 +465,7 @@ dead letters. --dry-run prints what would move and changes nothing.`,
 					default:
 						res.Redriven = append(res.Redriven, m.ID)
 						fmt.Fprintf(out, "would redrive %s (%s after %d attempt(s)) to %s\n",
-							cell(m.ID, listFieldWidth), cell(m.Reason, listFieldWidth), m.Attempts, cell(m.Origin, listFieldWidth))
+							cell(m.ID, listFieldWidth), cell(string(m.Reason), listFieldWidth), m.Attempts, cell(m.Origin, listFieldWidth))
 					}
 				}
 			} else {

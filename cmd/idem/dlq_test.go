@@ -76,10 +76,10 @@ func newDLQEnv(t *testing.T) *dlqEnv {
 	return e
 }
 
-// run runs "idem dlq ARGS --amqp URL --queue QUEUE" in-process.
+// run runs "idem dlq amqp ARGS --amqp URL --queue QUEUE" in-process.
 func (e *dlqEnv) run(t *testing.T, args ...string) cliResult {
 	t.Helper()
-	return runCLI(t, nil, append(append([]string{"dlq"}, args...), "--amqp", e.url, "--queue", e.topo.Queue)...)
+	return runCLI(t, nil, append(append([]string{"dlq", "amqp"}, args...), "--amqp", e.url, "--queue", e.topo.Queue)...)
 }
 
 // ready is the number of messages ready in queue q.
@@ -143,9 +143,13 @@ func TestDLQLifecycle(t *testing.T) {
 	)
 	broken.Store(true)
 	c, err := idemamqp.NewConsumer(idemamqp.DialURL(e.url), &idemamqp.Config{
-		Name:     "ledger",
+		Config: consume.Config{
+			Name:   "ledger",
+			Retry:  &retry.Policy{Base: 5 * time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 2},
+			Logger: slog.New(slog.DiscardHandler),
+		},
 		Topology: e.topo,
-		Process: func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
+		Process: func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 			return store.Process(ctx, msg, func(context.Context, *sql.Tx) error {
 				if broken.Load() {
 					// A terminal escape in the error must not reach the operator's terminal raw.
@@ -157,8 +161,6 @@ func TestDLQLifecycle(t *testing.T) {
 				return nil
 			})
 		},
-		Retry:  &retry.Policy{Base: 5 * time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 2},
-		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +206,7 @@ func TestDLQLifecycle(t *testing.T) {
 		t.Fatalf("list --json has %d entries, want 3", len(listed))
 	}
 	for _, l := range listed {
-		if l.Reason != consume.ReasonMaxAttempts || l.Attempts != 2 || l.Consumer != "ledger" || l.Origin != "/"+e.topo.Queue ||
+		if l.Reason != string(idem.DeadMaxAttempts) || l.Attempts != 2 || l.Consumer != "ledger" || l.Origin != "/"+e.topo.Queue ||
 			l.FirstFailure == nil || l.LastFailure == nil || l.BodyBytes == 0 || !strings.Contains(l.LastError, "ledger locked") || len(l.XDeath) == 0 {
 			t.Errorf("list --json entry incomplete: %+v", l)
 		}
@@ -298,7 +300,7 @@ func TestDLQDirectDeadLetters(t *testing.T) {
 	now := time.Now().Add(-time.Hour)
 	dead := consume.DeadLetter{
 		State:    consume.State{Attempts: 5, FirstFailure: now, LastFailure: now.Add(time.Minute), LastError: strings.Repeat("x", 300)},
-		Reason:   consume.ReasonPermanent,
+		Reason:   idem.DeadPermanent,
 		Consumer: "billing",
 		Origin:   "payments/charge",
 	}
@@ -317,8 +319,12 @@ func TestDLQDirectDeadLetters(t *testing.T) {
 	e.publish(t, e.topo.DeadLetterExchange, e.topo.DeadLetterQueue, amqp.Publishing{MessageId: "tired",
 		Headers: headers(map[string]string{idemamqp.HeaderRedrives: "3"}), Body: []byte("again")})
 
-	r := e.run(t, "amqp", "list")
+	r := e.run(t, "list")
 	wantExit(t, r, exitOK)
+	// The spelling from before the broker word still works, alike.
+	if old := runCLI(t, nil, "dlq", "list", "--amqp", e.url, "--queue", e.topo.Queue); old.Code != exitOK || !strings.Contains(old.Stdout, "payments/charge") {
+		t.Errorf("idem dlq list (deprecated spelling): exit %d\n%s", old.Code, old.Stdout)
+	}
 	if !strings.Contains(r.Stdout, "payments/charge") || !strings.Contains(r.Stdout, "permanent") || !strings.Contains(r.Stdout, "…") {
 		t.Errorf("list:\n%s", r.Stdout)
 	}
@@ -340,7 +346,7 @@ func TestDLQDirectDeadLetters(t *testing.T) {
 	// At the cap it stays, and asking for it by id is an error.
 	r = e.run(t, "redrive", "tired")
 	wantExit(t, r, exitFailure, `kept at the redrive cap: "tired"`)
-	r = e.run(t, "redrive", "--reason", consume.ReasonPermanent, "--max-redrives", "5", "--dry-run")
+	r = e.run(t, "redrive", "--reason", string(idem.DeadPermanent), "--max-redrives", "5", "--dry-run")
 	wantExit(t, r, exitOK)
 	if !strings.Contains(r.Stdout, "would redrive 2 message(s)") {
 		t.Errorf("dry run with a higher cap:\n%s", r.Stdout)
@@ -359,9 +365,9 @@ func TestDLQMissingQueue(t *testing.T) {
 	t.Parallel()
 	u := rabbitURL(t)
 	q := "idemtest.cli.absent." + randomSuffix()
-	wantExit(t, runCLI(t, nil, "dlq", "list", "--amqp", u, "--queue", q), exitFailure,
+	wantExit(t, runCLI(t, nil, "dlq", "amqp", "list", "--amqp", u, "--queue", q), exitFailure,
 		`dead-letter queue "`+q+`.dlq" does not exist`)
-	wantExit(t, runCLI(t, nil, "dlq", "list", "--amqp", u, "--queue", q+".dlq"), exitFailure,
+	wantExit(t, runCLI(t, nil, "dlq", "amqp", "list", "--amqp", u, "--queue", q+".dlq"), exitFailure,
 		"does not exist", "try --queue "+q)
 	wantExit(t, runCLI(t, nil, "dlq", "purge", "--yes", "--amqp", u, "--dlq", q), exitFailure,
 		`dead-letter queue "`+q+`" does not exist`)
@@ -372,7 +378,7 @@ func TestDLQMissingQueue(t *testing.T) {
 func TestDLQCommandLine(t *testing.T) {
 	t.Parallel()
 	const down = "amqp://guest:s3cret@127.0.0.1:1/"
-	r := runCLI(t, nil, "dlq", "list", "--amqp", down, "--queue", "orders")
+	r := runCLI(t, nil, "dlq", "amqp", "list", "--amqp", down, "--queue", "orders")
 	wantExit(t, r, exitFailure, "cannot connect to RabbitMQ", "127.0.0.1:1", "IDEM_AMQP_URL")
 	if strings.Contains(r.Stderr, "s3cret") {
 		t.Errorf("the password leaked: %s", r.Stderr)
@@ -385,26 +391,39 @@ func TestDLQCommandLine(t *testing.T) {
 		args  []string
 		wants []string
 	}{
-		{[]string{"dlq"}, []string{"missing subcommand", "amqp, list, purge, redrive, show"}},
+		{[]string{"dlq"}, []string{"missing subcommand, want one of: amqp"}},
+		{[]string{"dlq", "kafka"}, []string{`unknown command "kafka" for "idem dlq", want one of: amqp`}},
+		{[]string{"dlq", "amqp"}, []string{"missing subcommand, want one of: list, purge, redrive, show"}},
+		{[]string{"dlq", "amqp", "list", "--queue", "q"}, []string{"missing --amqp"}},
+		{[]string{"dlq", "amqp", "list", "--amqp", down}, []string{"missing --queue"}},
+		{[]string{"dlq", "amqp", "list", "--amqp", "http://x", "--queue", "q"}, []string{"not an amqp://"}},
+		{[]string{"dlq", "amqp", "list", "--amqp", down, "--queue", "q", "--limit", "0"}, []string{"--limit"}},
+		{[]string{"dlq", "amqp", "show", "--amqp", down, "--queue", "q"}, []string{"accepts 1 arg"}},
+		{[]string{"dlq", "amqp", "redrive", "--amqp", down, "--queue", "q"}, []string{"choose what to redrive"}},
+		{[]string{"dlq", "amqp", "redrive", "--all", "--reason", "x", "--amqp", down, "--queue", "q"}, []string{"only one of"}},
+		{[]string{"dlq", "amqp", "purge", "--amqp", down, "--queue", "q"}, []string{"q.dlq", "add --yes"}},
+		// The deprecated spelling without the broker word checks alike.
 		{[]string{"dlq", "list", "--queue", "q"}, []string{"missing --amqp"}},
-		{[]string{"dlq", "list", "--amqp", down}, []string{"missing --queue"}},
-		{[]string{"dlq", "list", "--amqp", "http://x", "--queue", "q"}, []string{"not an amqp://"}},
-		{[]string{"dlq", "list", "--amqp", down, "--queue", "q", "--limit", "0"}, []string{"--limit"}},
-		{[]string{"dlq", "show", "--amqp", down, "--queue", "q"}, []string{"accepts 1 arg"}},
-		{[]string{"dlq", "redrive", "--amqp", down, "--queue", "q"}, []string{"choose what to redrive"}},
-		{[]string{"dlq", "redrive", "--all", "--reason", "x", "--amqp", down, "--queue", "q"}, []string{"only one of"}},
 		{[]string{"dlq", "purge", "--amqp", down, "--queue", "q"}, []string{"q.dlq", "add --yes"}},
 	}
 	for _, tt := range tests {
 		wantExit(t, runCLI(t, nil, tt.args...), exitUsage, tt.wants...)
 	}
 
-	r = runCLI(t, nil, "dlq", "list", "--help")
-	wantExit(t, r, exitOK)
-	for _, w := range []string{"--fail-if-any", "exits 3", "(env IDEM_AMQP_URL)", "--json", "--limit"} {
-		if !strings.Contains(r.Stdout, w) {
-			t.Errorf("dlq list --help lacks %q", w)
+	for _, args := range [][]string{{"dlq", "amqp", "list", "--help"}, {"dlq", "list", "--help"}} {
+		r = runCLI(t, nil, args...)
+		wantExit(t, r, exitOK)
+		for _, w := range []string{"--fail-if-any", "exits 3", "(env IDEM_AMQP_URL)", "--json", "--limit"} {
+			if !strings.Contains(r.Stdout, w) {
+				t.Errorf("%s lacks %q", strings.Join(args, " "), w)
+			}
 		}
+	}
+	// The old spelling is hidden from the help; the broker word is shown.
+	r = runCLI(t, nil, "dlq", "--help")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "amqp") || strings.Contains(r.Stdout, "  list ") || !strings.Contains(r.Stdout, "deprecated") {
+		t.Errorf("dlq --help:\n%s", r.Stdout)
 	}
 }
 
