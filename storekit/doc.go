@@ -2,8 +2,14 @@
 // the transactional path, [idem.Processor]), not for their users. It holds
 // the rules every store must apply the same way, written once:
 //
+//   - [Judge] (and [JudgeClaim] for a store that answers with claims): what
+//     an existing record means for a message: Duplicate, Mismatch, a live
+//     lease, or gone so that the insert should run again;
+//   - [ValidateBatch], [Firsts] and [SettleRepeats]: batch validation with
+//     the store's limit, and the verdict on keys repeated inside a batch;
 //   - [Keep]: the lease keeper (heartbeat loop) the Guard itself uses.
 //
-// The package has no compatibility promise beyond the module's: it changes
-// with the stores that use it.
+// idempgx, idemsqlite and idemredis use it. The package has no
+// compatibility promise beyond the module's: it changes with the stores
+// that use it.
 package storekit

@@ -46,7 +46,7 @@ func newProcessEnv(tb testing.TB) *processEnv {
 	return e
 }
 
-func (e *processEnv) Process(ctx context.Context, msg idem.Message, fail error) (idem.ProcessResult, error) {
+func (e *processEnv) Process(ctx context.Context, msg idem.Message, fail error) (idem.Outcome, error) {
 	return e.s.Process(ctx, msg, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO "+e.effects+" (key) VALUES ($1)", msg.Key); err != nil {
 			return err
@@ -55,7 +55,7 @@ func (e *processEnv) Process(ctx context.Context, msg idem.Message, fail error) 
 	})
 }
 
-func (e *processEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail error) ([]idem.ProcessResult, error) {
+func (e *processEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail error) ([]idem.Outcome, error) {
 	return e.s.ProcessBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, fresh []int) error {
 		keys := make([]string, len(fresh))
 		for n, i := range fresh {

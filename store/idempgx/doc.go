@@ -23,7 +23,7 @@
 // no window in which one exists without the other, and no lease is needed: a
 // concurrent duplicate waits on the row lock and then sees the committed
 // record (Duplicate) or, if the first attempt rolled back, runs itself. A
-// different fingerprint for a known key is Mismatched (a producer bug; send
+// different fingerprint for a known key is Mismatch (a producer bug; send
 // it to the dead letters). [Store.ProcessTx] does the same inside a
 // transaction you already have.
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -24,21 +25,21 @@ import (
 //   - A message seen before with the same fingerprint: fn does not run;
 //     idem.Duplicate and a nil error.
 //   - A key seen before with another fingerprint: fn does not run;
-//     idem.Mismatched and an error wrapping idem.ErrFingerprintMismatch.
+//     idem.Mismatch and an error wrapping idem.ErrFingerprintMismatch.
 //   - A key held by a live Guard lease: an error wrapping idem.ErrInProgress.
 //
 // A concurrent duplicate blocks on the row lock until the first transaction
 // ends, then sees its outcome. Infrastructure failures (including a commit
 // whose outcome is unknown) are marked with idem.Retryable; retrying is
 // always safe because a committed message is then a Duplicate.
-func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx pgx.Tx) error) (idem.ProcessResult, error) {
+func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx pgx.Tx) error) (idem.Outcome, error) {
 	if err := msg.Validate(); err != nil {
 		return "", err
 	}
 	if fn == nil {
 		return "", fmt.Errorf("%w: nil handler", idem.ErrInvalidConfig)
 	}
-	var res idem.ProcessResult
+	var res idem.Outcome
 	err := s.inTx(ctx, "process "+fmt.Sprintf("%q", msg.Key), func(tx pgx.Tx) (bool, error) {
 		var err error
 		res, err = s.ProcessTx(ctx, tx, msg)
@@ -52,7 +53,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 		return true, nil
 	})
 	if err != nil {
-		if res == idem.Mismatched {
+		if res == idem.Mismatch {
 			return res, err
 		}
 		return "", err
@@ -66,7 +67,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 //   - idem.Processed: the message is new; apply its effect in tx and commit.
 //     If tx rolls back, nothing was recorded.
 //   - idem.Duplicate: seen before; skip the effect (nil error).
-//   - idem.Mismatched: the key was used for other content; the error wraps
+//   - idem.Mismatch: the key was used for other content; the error wraps
 //     idem.ErrFingerprintMismatch.
 //
 // tx should run at READ COMMITTED (the default). Under REPEATABLE READ or
@@ -74,7 +75,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 // which is returned as retryable. A key held by a live Guard lease returns
 // an error wrapping idem.ErrInProgress. A failed statement aborts tx, so on
 // any error roll tx back.
-func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (idem.ProcessResult, error) {
+func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (idem.Outcome, error) {
 	if err := msg.Validate(); err != nil {
 		return "", err
 	}
@@ -91,60 +92,38 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return "", s.wrap("process", err)
 		}
-		var e existing
-		rec, err := scanRecord(tx.QueryRow(ctx, s.q.getLive, msg.Scope, msg.Key), &e.live, &e.expired)
+		var e storekit.Existing
+		rec, err := scanRecord(tx.QueryRow(ctx, s.q.getLive, msg.Scope, msg.Key), &e.Live, &e.Expired)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // deleted or purged since the insert
 		}
 		if err != nil {
 			return "", s.wrap("process", err)
 		}
-		e.state, e.fp = rec.State, rec.Fingerprint
-		res, retry, err := e.judge(msg)
+		e.State, e.Fingerprint = rec.State, rec.Fingerprint
+		res, retry, err := storekit.Judge(e, msg)
 		if !retry {
+			if err != nil {
+				err = fmt.Errorf("idempgx: process: %w", err)
+			}
 			return res, err
 		}
 	}
 	return "", idem.Retryable(fmt.Errorf("idempgx: process %q: record kept changing under %d attempts", msg.Key, maxRaceRetries))
 }
 
-// existing is what a conflicting row looked like when it was read.
-type existing struct {
-	state   idem.State
-	fp      idem.Fingerprint
-	live    bool // a lease that has not expired
-	expired bool // past expires_at
-}
-
-// judge classifies a message against the row that blocked its insert.
-// retry means the row expired between the insert and the read, so the
-// insert should simply run again.
-func (e existing) judge(msg idem.Message) (res idem.ProcessResult, retry bool, err error) {
-	switch {
-	case e.state == idem.StateCompleted && e.expired:
-		return "", true, nil
-	case e.fp != msg.Fingerprint:
-		return idem.Mismatched, false, fmt.Errorf("idempgx: process %q in scope %q: %w", msg.Key, msg.Scope, idem.ErrFingerprintMismatch)
-	case e.state == idem.StateCompleted:
-		return idem.Duplicate, false, nil
-	case e.live:
-		return "", false, fmt.Errorf("idempgx: process %q in scope %q: %w", msg.Key, msg.Scope, idem.ErrInProgress)
-	}
-	return "", true, nil
-}
-
 // ProcessBatch is Process for many messages in one transaction, with the
 // dedupe records of all of them written by one statement. fn receives the
 // transaction and the indexes (into msgs, ascending) of the fresh messages,
 // and is not called when there are none. The results say, per message,
-// Processed, Duplicate or Mismatched; a Mismatched message is not an error
+// Processed, Duplicate or Mismatch; a Mismatch message is not an error
 // of the batch (route it to your dead letters). A key repeated within msgs
-// is fresh at its first occurrence and Duplicate (or Mismatched) after.
+// is fresh at its first occurrence and Duplicate (or Mismatch) after.
 //
 // If fn returns an error the whole batch rolls back and nothing is
 // recorded. A key held by a live Guard lease fails the batch with an error
 // wrapping idem.ErrInProgress. At most [MaxBatch] messages.
-func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, tx pgx.Tx, fresh []int) error) ([]idem.ProcessResult, error) {
+func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, tx pgx.Tx, fresh []int) error) ([]idem.Outcome, error) {
 	if err := validateBatch(msgs); err != nil {
 		return nil, err
 	}
@@ -154,7 +133,7 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	var results []idem.ProcessResult
+	var results []idem.Outcome
 	err := s.inTx(ctx, "process batch", func(tx pgx.Tx) (bool, error) {
 		var err error
 		results, err = s.ProcessBatchTx(ctx, tx, msgs)
@@ -182,13 +161,8 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 }
 
 func validateBatch(msgs []idem.Message) error {
-	if len(msgs) > MaxBatch {
-		return fmt.Errorf("%w: batch of %d messages exceeds the limit of %d", idem.ErrInvalidConfig, len(msgs), MaxBatch)
-	}
-	for i, m := range msgs {
-		if err := m.Validate(); err != nil {
-			return fmt.Errorf("idempgx: batch message %d: %w", i, err)
-		}
+	if err := storekit.ValidateBatch(msgs, MaxBatch, idem.Message.Validate); err != nil {
+		return fmt.Errorf("idempgx: %w", err)
 	}
 	return nil
 }
@@ -198,20 +172,18 @@ type recordRef struct{ scope, key string }
 
 // ProcessBatchTx records the dedupe rows of msgs in the caller's
 // transaction tx and returns, per message, Processed (apply its effect in
-// tx), Duplicate or Mismatched. It costs one statement to insert all of
+// tx), Duplicate or Mismatch. It costs one statement to insert all of
 // them plus, only when some already existed, one to classify those. See
 // [Store.ProcessBatch] for the rules and [Store.ProcessTx] for isolation.
-func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Message) ([]idem.ProcessResult, error) {
+func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Message) ([]idem.Outcome, error) {
 	if err := validateBatch(msgs); err != nil {
 		return nil, err
 	}
-	results := make([]idem.ProcessResult, len(msgs))
-	first := make(map[recordRef]int, len(msgs))
+	results := make([]idem.Outcome, len(msgs))
+	first := storekit.Firsts(msgs)
 	pending := make([]int, 0, len(msgs))
-	for i, m := range msgs {
-		ref := recordRef{m.Scope, m.Key}
-		if _, ok := first[ref]; !ok {
-			first[ref] = i
+	for i := range msgs {
+		if first[i] == i {
 			pending = append(pending, i)
 		}
 	}
@@ -223,7 +195,7 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 		}
 		return ma.Key < mb.Key
 	})
-	stored := make(map[recordRef]idem.Fingerprint, len(msgs))
+	stored := make(map[int]storekit.Existing, len(msgs))
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt == maxRaceRetries {
 			return nil, idem.Retryable(fmt.Errorf("idempgx: process batch: records kept changing under %d attempts", maxRaceRetries))
@@ -238,15 +210,11 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 		}
 	}
 	// Later occurrences of a key compare with what is now stored for it.
-	for i, m := range msgs {
-		if results[i] != "" {
-			continue
-		}
-		if stored[recordRef{m.Scope, m.Key}] == m.Fingerprint {
-			results[i] = idem.Duplicate
-		} else {
-			results[i] = idem.Mismatched
-		}
+	if err := storekit.SettleRepeats(msgs, first, results, func(j int) (storekit.Existing, bool) {
+		e, ok := stored[j]
+		return e, ok
+	}); err != nil {
+		return nil, fmt.Errorf("idempgx: process batch: %w", err)
 	}
 	return results, nil
 }
@@ -254,7 +222,7 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 // insertBatch inserts the dedupe rows of msgs[pending...], fills results
 // and stored for the ones it settles, and returns those that raced with an
 // expiry or deletion and must be inserted again.
-func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs []idem.Message, pending []int, results []idem.ProcessResult, stored map[recordRef]idem.Fingerprint) ([]int, error) {
+func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs []idem.Message, pending []int, results []idem.Outcome, stored map[int]storekit.Existing) ([]int, error) {
 	scopes := make([]string, len(pending))
 	keys := make([]string, len(pending))
 	fps := make([][]byte, len(pending))
@@ -280,7 +248,6 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 		m := &msgs[i]
 		if fresh[recordRef{m.Scope, m.Key}] {
 			results[i] = idem.Processed
-			stored[recordRef{m.Scope, m.Key}] = m.Fingerprint
 		} else {
 			conflicted = append(conflicted, i)
 		}
@@ -300,15 +267,15 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}
-	found := make(map[recordRef]existing, len(conflicted))
+	found := make(map[recordRef]storekit.Existing, len(conflicted))
 	var (
-		e     existing
+		e     storekit.Existing
 		state string
 		fp    []byte
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &e.live, &e.expired}, func() error {
-		e.state = idem.State(state)
-		copy(e.fp[:], fp)
+	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &e.Live, &e.Expired}, func() error {
+		e.State = idem.State(state)
+		copy(e.Fingerprint[:], fp)
 		found[ref] = e
 		return nil
 	}); err != nil {
@@ -323,18 +290,15 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 			again = append(again, i) // deleted or purged since the insert
 			continue
 		}
-		res, retry, err := e.judge(m)
+		res, retry, err := storekit.Judge(e, m)
 		switch {
 		case retry:
 			again = append(again, i)
-		case res == idem.Mismatched:
-			results[i] = res
-			stored[ref] = e.fp
-		case err != nil:
+		case res != idem.Mismatch && err != nil:
 			return nil, fmt.Errorf("idempgx: process batch message %d: %w", i, err)
 		default:
 			results[i] = res
-			stored[ref] = e.fp
+			stored[i] = e
 		}
 	}
 	return again, nil

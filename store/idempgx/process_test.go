@@ -39,7 +39,7 @@ func TestProcessSingle(t *testing.T) {
 	if _, err := e.s.Get(ctx, "orders", "o-1"); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("failed handler left a dedupe record: %v", err)
 	}
-	for i, want := range []idem.ProcessResult{idem.Processed, idem.Duplicate, idem.Duplicate} {
+	for i, want := range []idem.Outcome{idem.Processed, idem.Duplicate, idem.Duplicate} {
 		if res, err := e.Process(ctx, msg, nil); err != nil || res != want {
 			t.Fatalf("delivery %d = %v, %v; want %v", i, res, err, want)
 		}
@@ -47,8 +47,8 @@ func TestProcessSingle(t *testing.T) {
 	changed := msg
 	changed.Fingerprint = fp("v2")
 	res, err := e.Process(ctx, changed, nil)
-	if res != idem.Mismatched || !errors.Is(err, idem.ErrFingerprintMismatch) {
-		t.Fatalf("changed content = %v, %v; want Mismatched", res, err)
+	if res != idem.Mismatch || !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("changed content = %v, %v; want Mismatch", res, err)
 	}
 	if n := e.mustEffects(t)["o-1"]; n != 1 {
 		t.Fatalf("effects = %d, want 1", n)
@@ -91,7 +91,7 @@ func TestProcessConcurrentDuplicates(t *testing.T) {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
-		counts = map[idem.ProcessResult]int{}
+		counts = map[idem.Outcome]int{}
 	)
 	for range workers {
 		wg.Go(func() {
@@ -154,7 +154,7 @@ func TestProcessGuardLease(t *testing.T) {
 	}
 	time.Sleep(5 * time.Millisecond)
 	res, err := e.ProcessBatch(ctx, []idem.Message{{Key: "g2", Fingerprint: fp("g2")}, {Key: "g"}}, nil)
-	if err != nil || len(res) != 2 || res[0] != idem.Processed || res[1] != idem.Mismatched {
+	if err != nil || len(res) != 2 || res[0] != idem.Processed || res[1] != idem.Mismatch {
 		t.Fatalf("batch after the lease expired = %v, %v; want [processed mismatched]", res, err)
 	}
 }
@@ -192,7 +192,7 @@ func TestProcessBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []idem.ProcessResult{idem.Processed, idem.Duplicate, idem.Processed, idem.Duplicate, idem.Mismatched, idem.Mismatched, idem.Duplicate, idem.Processed}
+	want := []idem.Outcome{idem.Processed, idem.Duplicate, idem.Processed, idem.Duplicate, idem.Mismatch, idem.Mismatch, idem.Duplicate, idem.Processed}
 	if fmt.Sprint(res) != fmt.Sprint(want) {
 		t.Fatalf("results %v\nwant    %v", res, want)
 	}
@@ -204,7 +204,7 @@ func TestProcessBatch(t *testing.T) {
 		t.Error("handler called without fresh messages")
 		return nil
 	})
-	if err != nil || fmt.Sprint(res) != fmt.Sprint([]idem.ProcessResult{idem.Duplicate, idem.Duplicate, idem.Duplicate, idem.Duplicate}) {
+	if err != nil || fmt.Sprint(res) != fmt.Sprint([]idem.Outcome{idem.Duplicate, idem.Duplicate, idem.Duplicate, idem.Duplicate}) {
 		t.Fatalf("redelivered batch = %v, %v", res, err)
 	}
 	if res, err := e.s.ProcessBatch(ctx, nil, func(context.Context, pgx.Tx, []int) error { return nil }); err != nil || res != nil {
@@ -354,7 +354,7 @@ func TestProcessTxInCallersTransaction(t *testing.T) {
 		}
 	}
 	msg := idem.Message{Scope: "tx", Key: "one", Fingerprint: fp("1")}
-	for i, want := range []idem.ProcessResult{idem.Processed, idem.Duplicate} {
+	for i, want := range []idem.Outcome{idem.Processed, idem.Duplicate} {
 		run(func(tx pgx.Tx) error {
 			res, err := e.s.ProcessTx(ctx, tx, msg)
 			if err != nil || res != want {
@@ -380,7 +380,7 @@ func TestProcessTxInCallersTransaction(t *testing.T) {
 	msgs := []idem.Message{{Scope: "tx", Key: "rolled-back"}, msg, {Scope: "tx", Key: "one", Fingerprint: fp("2")}}
 	run(func(tx pgx.Tx) error {
 		res, err := e.s.ProcessBatchTx(ctx, tx, msgs)
-		want := []idem.ProcessResult{idem.Processed, idem.Duplicate, idem.Mismatched}
+		want := []idem.Outcome{idem.Processed, idem.Duplicate, idem.Mismatch}
 		if err != nil || fmt.Sprint(res) != fmt.Sprint(want) {
 			t.Fatalf("ProcessBatchTx = %v, %v; want %v", res, err, want)
 		}

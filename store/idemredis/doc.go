@@ -116,7 +116,7 @@
 // of the SQL stores' ProcessBatch, so a batch consumer binds it the same
 // way; with idemkafka:
 //
-//	Process: func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error) {
+//	Process: func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.Outcome, error) {
 //		return store.ProcessBatch(ctx, msgs, func(ctx context.Context, fresh []int) error {
 //			for _, i := range fresh {
 //				if err := notify(ctx, recs[i]); err != nil {

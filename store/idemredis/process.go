@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/redis/rueidis"
 )
 
@@ -28,8 +29,8 @@ type held struct {
 // their leases every [Config.ProcessLease]/3 while fn runs, and completes
 // them with one [Store.CompleteBatch], each record kept for its message's
 // retention. The results say, per message, Processed, Duplicate or
-// Mismatched; a key repeated within msgs is fresh at its first occurrence
-// and Duplicate (or Mismatched, with another fingerprint) after. fn is not
+// Mismatch; a key repeated within msgs is fresh at its first occurrence
+// and Duplicate (or Mismatch, with another fingerprint) after. fn is not
 // called when nothing is fresh.
 //
 // When fn returns an error, the batch's leases are released, so a retry
@@ -46,7 +47,7 @@ type held struct {
 // the completion) means they may run again, so make them idempotent
 // downstream where you can (idem.DownstreamKey). At most [MaxClaimBatch]
 // messages.
-func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, fresh []int) error) ([]idem.ProcessResult, error) {
+func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, fresh []int) error) ([]idem.Outcome, error) {
 	if err := checkBatch(msgs, "process", idem.Message.Validate); err != nil {
 		return nil, err
 	}
@@ -58,15 +59,13 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	}
 
 	// Claim each distinct (scope, key) once, at its first occurrence.
-	type ref struct{ scope, key string }
-	first := make(map[ref]int, len(msgs))
+	first := storekit.Firsts(msgs)
 	reqs := make([]idem.ClaimRequest, 0, len(msgs))
 	at := make([]int, 0, len(msgs))
 	for i, m := range msgs {
-		if _, seen := first[ref{m.Scope, m.Key}]; seen {
+		if first[i] != i {
 			continue
 		}
-		first[ref{m.Scope, m.Key}] = i
 		reqs = append(reqs, idem.ClaimRequest{Scope: m.Scope, Key: m.Key, Fingerprint: m.Fingerprint, Lease: s.processLease})
 		at = append(at, i)
 	}
@@ -81,39 +80,34 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 		s.releaseHeld(ctx, leases)
 		return nil, fmt.Errorf("idemredis: process batch: %w", err)
 	}
-	results := make([]idem.ProcessResult, len(msgs))
+	results := make([]idem.Outcome, len(msgs))
 	for k := range claims {
-		i, m, c := at[k], msgs[at[k]], &claims[k]
-		switch {
-		case c.err != nil:
+		i, c := at[k], &claims[k]
+		if c.err != nil {
 			s.releaseHeld(ctx, leases)
 			return nil, fmt.Errorf("idemredis: process batch: message %d: %w", i, c.err)
-		case c.claim.Outcome == idem.Acquired:
-			results[i] = idem.Processed
-		case c.claim.Outcome == idem.Completed:
-			results[i] = idem.Duplicate
-		case c.claim.Outcome == idem.Mismatch:
-			results[i] = idem.Mismatched
-		case c.claim.Outcome == idem.InProgress:
-			s.releaseHeld(ctx, leases)
-			return nil, idem.Retryable(fmt.Errorf("idemredis: process batch %q in scope %q: %w", m.Key, m.Scope, idem.ErrInProgress))
-		default:
-			s.releaseHeld(ctx, leases)
-			return nil, fmt.Errorf("idemredis: process batch: message %d: unknown claim outcome %v", i, c.claim.Outcome)
 		}
+		res, err := storekit.JudgeClaim(c.claim.Outcome, msgs[i])
+		switch {
+		case errors.Is(err, idem.ErrInProgress):
+			s.releaseHeld(ctx, leases)
+			return nil, idem.Retryable(fmt.Errorf("idemredis: process batch: %w", err))
+		case res != idem.Mismatch && err != nil:
+			s.releaseHeld(ctx, leases)
+			return nil, fmt.Errorf("idemredis: process batch: message %d: %w", i, err)
+		}
+		results[i] = res
+	}
+	// Redis does not say what a mismatched record holds: its repeats are
+	// Mismatch too; other repeats compare with their first occurrence.
+	if err := storekit.SettleRepeats(msgs, first, results, nil); err != nil {
+		s.releaseHeld(ctx, leases)
+		return nil, fmt.Errorf("idemredis: process batch: %w", err)
 	}
 	fresh := make([]int, 0, len(leases))
-	for i, m := range msgs {
-		j := first[ref{m.Scope, m.Key}]
-		switch {
-		case j == i:
-			if results[i] == idem.Processed {
-				fresh = append(fresh, i)
-			}
-		case m.Fingerprint != msgs[j].Fingerprint || results[j] == idem.Mismatched:
-			results[i] = idem.Mismatched
-		default:
-			results[i] = idem.Duplicate
+	for i := range msgs {
+		if first[i] == i && results[i] == idem.Processed {
+			fresh = append(fresh, i)
 		}
 	}
 	if len(fresh) == 0 {
@@ -122,17 +116,23 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := s.heartbeat(ctx, leases, cancel)
+	keeper := storekit.Keep(ctx, storekit.KeeperConfig{
+		Lease:     s.processLease,
+		Extend:    func(ctx context.Context) error { return s.extendHeld(ctx, leases, s.processLease) },
+		OnLost:    cancel,
+		Logger:    s.logger,
+		LogPrefix: "idemredis: process batch",
+	})
 	panicked := true
 	defer func() {
 		if panicked { // stop extending, give the leases back, let the panic go on
-			stop()
+			keeper.Stop()
 			s.releaseHeld(ctx, leases)
 		}
 	}()
 	err = fn(runCtx, fresh)
 	panicked = false
-	lost := stop()
+	lost := keeper.Stop()
 	switch {
 	case lost != nil:
 		if err != nil {
@@ -164,55 +164,9 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	return results, nil
 }
 
-// heartbeat extends leases every ProcessLease/3, all in one round trip,
-// until the returned stop is called. A lease found lost, or a store
-// unreachable for a whole lease, cancels the run with cause ErrLeaseLost;
-// stop returns that cause, or nil.
-func (s *Store) heartbeat(ctx context.Context, leases []held, cancel context.CancelCauseFunc) (stop func() error) {
-	quit, done := make(chan struct{}), make(chan struct{})
-	var lost error
-	lease := s.processLease
-	go func() {
-		defer close(done)
-		t := time.NewTicker(lease / 3)
-		defer t.Stop()
-		deadline := time.Now().Add(lease)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-			}
-			sent := time.Now()
-			err := s.extendHeld(context.WithoutCancel(ctx), leases, lease)
-			switch {
-			case err == nil:
-				deadline = sent.Add(lease)
-				continue
-			case errors.Is(err, idem.ErrLeaseLost):
-				lost = err
-			case time.Now().After(deadline):
-				lost = fmt.Errorf("%w: store unreachable for a whole lease: %w", idem.ErrLeaseLost, err)
-			default:
-				s.logger.WarnContext(ctx, "idemredis: process batch heartbeat failed", "err", err)
-				continue
-			}
-			cancel(lost)
-			return
-		}
-	}()
-	return func() error {
-		close(quit)
-		<-done
-		return lost
-	}
-}
-
 // extendHeld pushes every lease to now + lease in one round trip. It
 // returns an error wrapping ErrLeaseLost when a lease is no longer held.
 func (s *Store) extendHeld(ctx context.Context, leases []held, lease time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, lease/3)
-	defer cancel()
 	ms := millis(lease)
 	execs := make([]rueidis.LuaExec, len(leases))
 	for i, l := range leases {

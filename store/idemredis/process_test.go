@@ -45,7 +45,7 @@ func TestProcessBatchOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []idem.ProcessResult{idem.Processed, idem.Duplicate, idem.Mismatched, idem.Duplicate, idem.Processed, idem.Mismatched, idem.Mismatched}
+	want := []idem.Outcome{idem.Processed, idem.Duplicate, idem.Mismatch, idem.Duplicate, idem.Processed, idem.Mismatch, idem.Mismatch}
 	if !slices.Equal(res, want) {
 		t.Fatalf("results %v, want %v", res, want)
 	}
@@ -56,7 +56,7 @@ func TestProcessBatchOutcomes(t *testing.T) {
 		t.Error("the handler ran for a batch with nothing fresh")
 		return nil
 	})
-	if err != nil || !slices.Equal(again, []idem.ProcessResult{idem.Duplicate, idem.Duplicate}) {
+	if err != nil || !slices.Equal(again, []idem.Outcome{idem.Duplicate, idem.Duplicate}) {
 		t.Fatalf("second run = %v, %v", again, err)
 	}
 	rec, err := s.Get(ctx, "pb", "new-1")
@@ -78,7 +78,7 @@ func TestProcessBatchHandlerFailure(t *testing.T) {
 	}
 	var ran []int
 	res, err := s.ProcessBatch(ctx, msgs, func(_ context.Context, fresh []int) error { ran = fresh; return nil })
-	if err != nil || !slices.Equal(ran, []int{0, 1}) || !slices.Equal(res, []idem.ProcessResult{idem.Processed, idem.Processed}) {
+	if err != nil || !slices.Equal(ran, []int{0, 1}) || !slices.Equal(res, []idem.Outcome{idem.Processed, idem.Processed}) {
 		t.Fatalf("retry = %v, %v, ran %v; want both processed", res, err, ran)
 	}
 }

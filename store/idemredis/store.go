@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/redis/rueidis"
 )
 
@@ -339,13 +340,8 @@ func (s *Store) claimCalls(ctx context.Context, reqs []idem.ClaimRequest) ([]cal
 // checkBatch refuses a batch of more than MaxClaimBatch requests or with
 // an invalid one, before anything is sent.
 func checkBatch[R any](reqs []R, op string, validate func(R) error) error {
-	if len(reqs) > MaxClaimBatch {
-		return fmt.Errorf("%w: idemredis: %s batch of %d requests, the limit is %d", idem.ErrInvalidConfig, op, len(reqs), MaxClaimBatch)
-	}
-	for i, req := range reqs {
-		if err := validate(req); err != nil {
-			return fmt.Errorf("idemredis: %s batch: request %d: %w", op, i, err)
-		}
+	if err := storekit.ValidateBatch(reqs, MaxClaimBatch, validate); err != nil {
+		return fmt.Errorf("idemredis: %s: %w", op, err)
 	}
 	return nil
 }

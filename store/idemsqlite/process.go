@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // MaxBatch bounds the messages of one ProcessBatch call, so that one
@@ -50,7 +51,7 @@ var (
 //   - Processed, nil: the message is new; apply its effect in tx and commit.
 //     If tx rolls back, the dedupe record goes with it.
 //   - Duplicate, nil: it was processed before (within its window); skip it.
-//   - Mismatched, an error wrapping idem.ErrFingerprintMismatch: the key was
+//   - Mismatch, an error wrapping idem.ErrFingerprintMismatch: the key was
 //     seen with different content; nothing was recorded.
 //   - 0, an error wrapping idem.ErrInProgress: a Guard holds a live lease on
 //     the key.
@@ -58,7 +59,7 @@ var (
 // Call it first in the transaction (see [New]). Opened with [Open], every
 // transaction is BEGIN IMMEDIATE, so a concurrent duplicate waits for this
 // one to commit and then sees the conflict.
-func (s *Store) ProcessTx(ctx context.Context, tx *sql.Tx, msg idem.Message) (idem.ProcessResult, error) {
+func (s *Store) ProcessTx(ctx context.Context, tx *sql.Tx, msg idem.Message) (idem.Outcome, error) {
 	if err := msg.Validate(); err != nil {
 		return "", err
 	}
@@ -89,31 +90,35 @@ func (s *Store) ProcessTx(ctx context.Context, tx *sql.Tx, msg idem.Message) (id
 		// write transaction; report it rather than guess.
 		return "", fmt.Errorf("idemsqlite: process (scope %q, key %q): conflicting record vanished", msg.Scope, msg.Key)
 	}
-	return classifyExisting(rec, msg)
+	return judge(rec, msg)
 }
 
-// classifyExisting says what an existing, unexpired record means for msg.
-func classifyExisting(rec idem.Record, msg idem.Message) (idem.ProcessResult, error) {
-	switch {
-	case rec.Fingerprint != msg.Fingerprint:
-		return idem.Mismatched, fmt.Errorf("%w (scope %q, key %q)", idem.ErrFingerprintMismatch, msg.Scope, msg.Key)
-	case rec.State == idem.StateCompleted:
-		return idem.Duplicate, nil
+// judge says what an existing record means for msg. The insert took over
+// every record that counts as absent, in the same write transaction, so
+// the one it left is unexpired and, in progress, held.
+func judge(rec idem.Record, msg idem.Message) (idem.Outcome, error) {
+	out, retry, err := storekit.Judge(existing(rec), msg)
+	if retry {
+		return "", fmt.Errorf("idemsqlite: process (scope %q, key %q): the record it did not take over counts as absent", msg.Scope, msg.Key)
 	}
-	return "", fmt.Errorf("%w (scope %q, key %q): a lease holder is running it", idem.ErrInProgress, msg.Scope, msg.Key)
+	return out, err
+}
+
+func existing(rec idem.Record) storekit.Existing {
+	return storekit.Existing{State: rec.State, Fingerprint: rec.Fingerprint, Live: rec.State == idem.StateInProgress}
 }
 
 // Process runs fn for msg at most once: the dedupe record and fn's effect
 // commit together in one transaction, or neither does. It returns Processed
-// when fn ran and committed, Duplicate (fn did not run) or Mismatched with
+// when fn ran and committed, Duplicate (fn did not run) or Mismatch with
 // an error wrapping idem.ErrFingerprintMismatch. When fn fails, everything
 // rolls back and Process returns 0 and fn's error wrapped, so a redelivery
 // runs fn again.
-func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx *sql.Tx) error) (idem.ProcessResult, error) {
+func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx *sql.Tx) error) (idem.Outcome, error) {
 	if err := msg.Validate(); err != nil {
 		return "", err
 	}
-	var res idem.ProcessResult
+	var res idem.Outcome
 	err := s.inTx(ctx, "process", func(tx *sql.Tx, _ int64) error {
 		var err error
 		res, err = s.ProcessTx(ctx, tx, msg)
@@ -152,19 +157,16 @@ type scopeKey struct{ scope, key string }
 // with one INSERT and returns one result per message: Processed for the
 // fresh ones (apply their effects in tx), Duplicate for those seen before or
 // repeated inside the batch (the first occurrence is the fresh one), and
-// Mismatched for keys seen with different content (nothing recorded for
+// Mismatch for keys seen with different content (nothing recorded for
 // them; the error is nil, the result says it). A key held by a live Guard
 // lease fails the whole call with an error wrapping idem.ErrInProgress:
 // roll tx back and retry later.
-func (s *Store) ProcessBatchTx(ctx context.Context, tx *sql.Tx, msgs []idem.Message) ([]idem.ProcessResult, error) {
-	if len(msgs) > MaxBatch {
-		return nil, fmt.Errorf("%w: idemsqlite: batch of %d messages exceeds the limit of %d", idem.ErrInvalidConfig, len(msgs), MaxBatch)
+func (s *Store) ProcessBatchTx(ctx context.Context, tx *sql.Tx, msgs []idem.Message) ([]idem.Outcome, error) {
+	if err := storekit.ValidateBatch(msgs, MaxBatch, idem.Message.Validate); err != nil {
+		return nil, fmt.Errorf("idemsqlite: %w", err)
 	}
 	items := make([]batchItem, len(msgs))
 	for i, m := range msgs {
-		if err := m.Validate(); err != nil {
-			return nil, fmt.Errorf("idemsqlite: message %d: %w", i, err)
-		}
 		items[i] = batchItem{S: m.Scope, K: m.Key, F: hex.EncodeToString(m.Fingerprint[:]), R: m.RetentionOrDefault().Microseconds()}
 	}
 	if tx == nil {
@@ -173,7 +175,7 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx *sql.Tx, msgs []idem.Mess
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	results := make([]idem.ProcessResult, len(msgs))
+	results := make([]idem.Outcome, len(msgs))
 	if len(msgs) == 0 {
 		return results, nil
 	}
@@ -197,25 +199,16 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx *sql.Tx, msgs []idem.Mess
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, fmt.Errorf("idemsqlite: process batch: %w", classify(err))
 	}
-	first := make(map[scopeKey]int, len(msgs))
+	first := storekit.Firsts(msgs)
+	stored := make(map[int]storekit.Existing)
 	for i, m := range msgs {
-		k := scopeKey{m.Scope, m.Key}
-		j, seen := first[k]
-		switch {
-		case seen && results[j] == idem.Processed:
-			// Repeated inside the batch: compare with the occurrence that won.
-			if msgs[j].Fingerprint != m.Fingerprint {
-				results[i] = idem.Mismatched
-			} else {
-				results[i] = idem.Duplicate
-			}
+		if first[i] != i {
 			continue
-		case fresh[k] && !seen:
-			first[k] = i
+		}
+		if fresh[scopeKey{m.Scope, m.Key}] {
 			results[i] = idem.Processed
 			continue
 		}
-		first[k] = i
 		rec, found, err := getRecord(ctx, tx, m.Scope, m.Key)
 		if err != nil {
 			return nil, err
@@ -223,15 +216,18 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx *sql.Tx, msgs []idem.Mess
 		if !found {
 			return nil, fmt.Errorf("idemsqlite: process batch (scope %q, key %q): conflicting record vanished", m.Scope, m.Key)
 		}
-		res, err := classifyExisting(rec, m)
-		switch {
-		case res == idem.Mismatched:
-			results[i] = res
-		case err != nil:
+		stored[i] = existing(rec)
+		res, err := judge(rec, m)
+		if res != idem.Mismatch && err != nil {
 			return nil, err
-		default:
-			results[i] = res
 		}
+		results[i] = res
+	}
+	if err := storekit.SettleRepeats(msgs, first, results, func(j int) (storekit.Existing, bool) {
+		e, ok := stored[j]
+		return e, ok
+	}); err != nil {
+		return nil, fmt.Errorf("idemsqlite: process batch: %w", err)
 	}
 	return results, nil
 }
@@ -242,8 +238,8 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx *sql.Tx, msgs []idem.Mess
 // throughput comes from. fn is not called when nothing is fresh. When fn
 // fails, everything rolls back and ProcessBatch returns nil results and
 // fn's error wrapped, so the whole batch can be redelivered.
-func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, tx *sql.Tx, fresh []int) error) ([]idem.ProcessResult, error) {
-	var results []idem.ProcessResult
+func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, tx *sql.Tx, fresh []int) error) ([]idem.Outcome, error) {
+	var results []idem.Outcome
 	err := s.inTx(ctx, "process batch", func(tx *sql.Tx, _ int64) error {
 		var err error
 		results, err = s.ProcessBatchTx(ctx, tx, msgs)

@@ -69,7 +69,7 @@ func insertEffect(ctx context.Context, tx *sql.Tx, key string) error {
 	return err
 }
 
-func (e processEnv) Process(ctx context.Context, msg idem.Message, fail error) (idem.ProcessResult, error) {
+func (e processEnv) Process(ctx context.Context, msg idem.Message, fail error) (idem.Outcome, error) {
 	return e.s.Process(ctx, msg, func(ctx context.Context, tx *sql.Tx) error {
 		if err := insertEffect(ctx, tx, msg.Key); err != nil {
 			return err
@@ -78,7 +78,7 @@ func (e processEnv) Process(ctx context.Context, msg idem.Message, fail error) (
 	})
 }
 
-func (e processEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail error) ([]idem.ProcessResult, error) {
+func (e processEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail error) ([]idem.Outcome, error) {
 	return e.s.ProcessBatch(ctx, msgs, func(ctx context.Context, tx *sql.Tx, fresh []int) error {
 		for _, i := range fresh {
 			if err := insertEffect(ctx, tx, msgs[i].Key); err != nil {
@@ -288,7 +288,7 @@ func processDuplicates(t *testing.T, s *Store) {
 	ctx := context.Background()
 	msg := idem.Message{Scope: "consumer", Key: "order-1", Fingerprint: idem.FingerprintBytes([]byte("body"))}
 	var wg sync.WaitGroup
-	results := make([]idem.ProcessResult, 64)
+	results := make([]idem.Outcome, 64)
 	errs := make([]error, 64)
 	for i := range results {
 		wg.Go(func() {
@@ -298,7 +298,7 @@ func processDuplicates(t *testing.T, s *Store) {
 		})
 	}
 	wg.Wait()
-	count := map[idem.ProcessResult]int{}
+	count := map[idem.Outcome]int{}
 	for i, r := range results {
 		if errs[i] != nil {
 			t.Errorf("Process %d: %v", i, errs[i])
@@ -352,7 +352,7 @@ func TestProcessAgainstGuardLease(t *testing.T) {
 	shiftClock(s, 2*time.Minute)
 	other := msg
 	other.Fingerprint = idem.FingerprintBytes([]byte("other"))
-	if res, err := s.Process(ctx, other, handler); res != idem.Mismatched || !errors.Is(err, idem.ErrFingerprintMismatch) || ran {
+	if res, err := s.Process(ctx, other, handler); res != idem.Mismatch || !errors.Is(err, idem.ErrFingerprintMismatch) || ran {
 		t.Fatalf("Process with another fingerprint after the lease: %v, %v", res, err)
 	}
 	if res, err := s.Process(ctx, msg, handler); res != idem.Processed || err != nil || !ran {
