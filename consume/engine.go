@@ -67,7 +67,11 @@ const (
 	ContentKey
 )
 
-// Config configures an [Engine]. A nil *Config means the defaults.
+// Config configures an [Engine]. A nil *Config, and every zero field,
+// means the defaults documented below; only Name is required. Broker
+// adapters embed Config in their own configuration, with the same meaning
+// for every field, and read the effective values back with [Engine.Config]
+// and [Engine.Policy].
 type Config struct {
 	// Name is the consumer's name: the dedupe scope and the consumer named
 	// in dead letters. Required.
@@ -78,7 +82,8 @@ type Config struct {
 	// Retention is the dedupe window passed in idem.Message. Zero means
 	// idem.DefaultRetention.
 	Retention time.Duration
-	// MissingID is the policy for messages without an id.
+	// MissingID is the policy for messages without an id; the zero value
+	// is DeadLetterMissingID.
 	MissingID MissingID
 	// Fingerprint computes a delivery's fingerprint; nil means the SHA-256
 	// of the body.

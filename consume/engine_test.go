@@ -457,6 +457,22 @@ func TestNewValidates(t *testing.T) {
 	if err != nil || e.Config().Retention != idem.DefaultRetention || e.Policy().MaxAttempts != retry.DefaultMaxAttempts {
 		t.Fatal(err, e.Config(), e.Policy())
 	}
+	// An adapter's Config embeds consume.Config: its zero fields are the
+	// engine's defaults.
+	var adapter struct {
+		consume.Config
+		Queue string
+	}
+	adapter.Name = "x"
+	e, err = consume.New(p, &adapter.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.Config()
+	if c.Name != "x" || c.Retention != idem.DefaultRetention || c.MaxErrorBytes != 1024 || c.MissingID != consume.DeadLetterMissingID ||
+		c.Logger == nil || c.Now == nil || c.Fingerprint == nil || c.Retry != nil || e.Policy() != (&retry.Policy{}).WithDefaults() {
+		t.Fatalf("effective config %+v, policy %+v", c, e.Policy())
+	}
 }
 
 // TestConcurrentDuplicates delivers the same messages from many goroutines
