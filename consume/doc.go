@@ -6,8 +6,9 @@
 //
 //   - It derives the dedupe key from the producer's message id (or, when
 //     configured, the SHA-256 of the body) and the fingerprint from the body.
-//   - It runs the user's idempotent [ProcessFunc]: the SQL stores' Process
-//     (dedupe record and effect in one transaction) or [GuardProcess] over
+//   - It runs the user's idempotent [ProcessFunc]: [Transactional] over a
+//     SQL store (an idem.Processor: dedupe record and effect in one
+//     transaction; [TransactionalBatch] for batches) or [GuardProcess] over
 //     an idem.Guard for effects outside the database.
 //   - idem.Processed or idem.Duplicate: the delivery is acked, only after
 //     the commit.
