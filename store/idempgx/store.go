@@ -52,6 +52,9 @@ const maxRaceRetries = 64
 // Store is an [idem.Store] on PostgreSQL, plus the transactional path
 // ([Store.Process], [Store.ProcessBatch] and their Tx variants). It is safe
 // for concurrent use.
+//
+// It satisfies [idem.Processor] with transactions of type pgx.Tx, so every
+// broker adapter accepts it.
 type Store struct {
 	pool   *pgxpool.Pool
 	cfg    Config
@@ -67,8 +70,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Durable = (*Store)(nil)
+	_ idem.Store             = (*Store)(nil)
+	_ idem.Durable           = (*Store)(nil)
+	_ idem.Processor[pgx.Tx] = (*Store)(nil)
 )
 
 // New returns a Store over pool. It does not touch the database; call

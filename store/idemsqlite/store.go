@@ -36,6 +36,9 @@ const DefaultPurgeBatch = 1000
 // too (SQLite serialises their writes). It also offers the transactional
 // path: [Store.Process], [Store.ProcessTx], [Store.ProcessBatch] and
 // [Store.ProcessBatchTx].
+//
+// It satisfies [idem.Processor] with transactions of type *sql.Tx, so every
+// broker adapter accepts it.
 type Store struct {
 	db        *sql.DB
 	ownDB     bool
@@ -70,8 +73,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Durable = (*Store)(nil)
+	_ idem.Store              = (*Store)(nil)
+	_ idem.Durable            = (*Store)(nil)
+	_ idem.Processor[*sql.Tx] = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the SQLite database of dsn —
