@@ -191,6 +191,7 @@ type begun struct {
 	d      Delivery
 	st     State
 	reason idem.DeadReason // when it has no usable key
+	outer  context.Context // the caller's
 	ctx    context.Context // from the start hooks
 	ev     Event
 	start  time.Time
@@ -201,7 +202,7 @@ type begun struct {
 func (e *Engine) begin(ctx context.Context, d Delivery) *begun {
 	st := d.State()
 	key, reason := e.Key(d)
-	t := &begun{d: d, st: st, reason: reason, ctx: ctx,
+	t := &begun{d: d, st: st, reason: reason, outer: ctx, ctx: ctx,
 		ev: Event{Consumer: e.cfg.Name, ID: d.ID(), Key: key, Attempt: st.Attempts + 1}}
 	for _, h := range e.starts {
 		t.ctx = h.OnDeliveryStart(t.ctx, t.ev)
@@ -242,6 +243,9 @@ func (e *Engine) endPanicked(ts ...*begun) {
 func (e *Engine) handleBegun(t *begun) (idem.Outcome, error) {
 	out, err := e.handle(t.ctx, t.d, t.st, t.reason, &t.ev)
 	e.end(t, out, err)
+	if _, ok := t.d.(InProcess); ok {
+		return e.again(t, out, err)
+	}
 	return out, err
 }
 
