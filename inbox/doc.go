@@ -59,6 +59,15 @@
 // back its own key until it is processed or dead; other keys go on. Dead
 // rows do not block their key (redrive them deliberately).
 //
+// # Hooks
+//
+// Config.Hooks takes values that implement [RunStartHook], [RunEndHook] or
+// both (contrib/idemprom's Metrics and contrib/idemotel's Telemetry do):
+// the start hooks are called before a row's handler runs and the handler
+// runs with the context they return, so a tracing hook's span is the
+// parent of the handler's spans; the end hooks are called once per run
+// with its [Event]: outcome, dead reason, error and duration.
+//
 // # Retention and shutdown
 //
 // Processed rows are deleted after Config.Retention (default 24h), in

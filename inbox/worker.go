@@ -67,20 +67,31 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Logger receives failures and lease losses. Default slog.Default().
 	Logger *slog.Logger
-	// OnEvent, if set, is called after every run, from the worker's
-	// goroutines (it must be safe for concurrent use and fast).
-	OnEvent func(Event)
+	// Hooks observe the runs: each hook that implements [RunStartHook] is
+	// called, in order, before a claimed row's handler runs, and the handler
+	// runs with the context they return (so a span a hook starts is the
+	// parent of the handler's own spans); each that implements
+	// [RunEndHook] is called once per run with its outcome, also when the
+	// run panics. Rows that did not run (released on stop, or their lease
+	// lost first) are reported too, start then end. Hooks are called from
+	// the worker's goroutines: they must be safe for concurrent use and
+	// fast.
+	Hooks []idem.Hook
 }
 
-// Event reports one run to Config.OnEvent.
+// Event reports one run to the hooks of Config.Hooks. A start hook gets
+// Message only.
 type Event struct {
 	Message Message
 	// Outcome is one of idem.Processed (the handler's effect and the
 	// processed mark committed), idem.Retried (the run failed; the row is
 	// pending again), idem.DeadLettered (the row went to the dead letters),
 	// idem.LeaseLost (another worker took the row over; nothing was
-	// committed) and idem.Released (the worker stopped and gave the row back
-	// unprocessed).
+	// committed), idem.Released (the worker stopped and gave the row back
+	// unprocessed), idem.Abandoned (a hard stop cancelled the handler and
+	// the row could not be given back: it is due again when its lease
+	// expires) and idem.Panicked (the worker itself panicked during the
+	// run; a handler's panic is a failure like an error).
 	Outcome idem.Outcome
 	// DeadReason says why the row went to the dead letters, when Outcome is
 	// idem.DeadLettered: idem.DeadMaxAttempts, idem.DeadPermanent or
@@ -100,6 +111,8 @@ type Worker[Tx any] struct {
 	cfg    Config
 	policy retry.Policy
 	log    *slog.Logger
+	starts []RunStartHook
+	ends   []RunEndHook
 
 	mu       sync.Mutex
 	handlers map[string]Handler[Tx]
@@ -154,6 +167,7 @@ func NewWorker[Tx any](b Backend[Tx], cfg *Config) (*Worker[Tx], error) {
 		c.Logger = slog.Default()
 	}
 	return &Worker[Tx]{b: b, cfg: c, policy: c.Retry.WithDefaults(), log: c.Logger,
+		starts: idem.HooksOf[RunStartHook](c.Hooks), ends: idem.HooksOf[RunEndHook](c.Hooks),
 		handlers: map[string]Handler[Tx]{}, stopping: make(chan struct{})}, nil
 }
 
@@ -354,7 +368,7 @@ func (w *Worker[Tx]) runBatch(ctx context.Context, rows []Row) {
 	defer func() { close(hbQuit); <-hbDone }()
 	for i, r := range rows {
 		if w.isStopping() || ctx.Err() != nil {
-			w.release(ctx, bl, rows[i:])
+			w.release(ctx, bl, rows[i:], nil)
 			return
 		}
 		bl.mu.Lock()
@@ -365,7 +379,7 @@ func (w *Worker[Tx]) runBatch(ctx context.Context, rows []Row) {
 		if held {
 			w.runOne(rctx, ctx, r)
 		} else {
-			w.emit(Event{Message: r.Message(), Outcome: idem.LeaseLost, Err: idem.ErrLeaseLost})
+			w.report(ctx, Event{Message: r.Message(), Outcome: idem.LeaseLost, Err: idem.ErrLeaseLost})
 		}
 		cancel(nil)
 		bl.drop(r.ID)
@@ -413,8 +427,10 @@ func (w *Worker[Tx]) heartbeat(ctx context.Context, bl *batchLeases, quit <-chan
 	}
 }
 
-// release gives back the rows of a batch that were not run.
-func (w *Worker[Tx]) release(ctx context.Context, bl *batchLeases, rows []Row) {
+// release gives back the rows of a batch and reports them released; with
+// run set, rows[0] is the row of that run, ended instead of reported. It
+// returns false when the rows could not be given back.
+func (w *Worker[Tx]) release(ctx context.Context, bl *batchLeases, rows []Row, run *Event) bool {
 	ls := make([]Lease, 0, len(rows))
 	bl.mu.Lock()
 	for _, r := range rows {
@@ -424,38 +440,76 @@ func (w *Worker[Tx]) release(ctx context.Context, bl *batchLeases, rows []Row) {
 	}
 	bl.mu.Unlock()
 	if len(ls) == 0 {
-		return
+		return false
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := w.b.Release(rctx, ls); err != nil {
 		w.log.WarnContext(ctx, "inbox: release on stop failed; the rows come back when their leases expire", "rows", len(ls), "err", err)
-		return
+		return false
 	}
-	for _, r := range rows {
-		w.emit(Event{Message: r.Message(), Outcome: idem.Released})
+	for i, r := range rows {
+		if i == 0 && run != nil {
+			run.Outcome = idem.Released
+			continue
+		}
+		w.report(ctx, Event{Message: r.Message(), Outcome: idem.Released})
+	}
+	return true
+}
+
+// begin calls the start hooks in order and returns the context the run
+// goes on with.
+func (w *Worker[Tx]) begin(ctx context.Context, msg Message) context.Context {
+	for _, h := range w.starts {
+		ctx = h.OnRunStart(ctx, Event{Message: msg})
+	}
+	return ctx
+}
+
+// end calls the end hooks with the run's context and event.
+func (w *Worker[Tx]) end(ctx context.Context, ev Event) {
+	for _, h := range w.ends {
+		h.OnRunEnd(ctx, ev)
 	}
 }
 
-func (w *Worker[Tx]) emit(ev Event) {
-	if w.cfg.OnEvent != nil {
-		w.cfg.OnEvent(ev)
+// report reports a row that did not run: start hooks, then end hooks.
+func (w *Worker[Tx]) report(ctx context.Context, ev Event) {
+	if len(w.starts) > 0 || len(w.ends) > 0 {
+		w.end(w.begin(ctx, ev.Message), ev)
 	}
 }
 
-// runOne runs the row's handler in the backend's completing transaction
-// and records the outcome. rctx is cancelled when the lease is lost; ctx
-// only on a hard stop.
+// runOne runs the row's handler in the backend's completing transaction,
+// records the outcome and reports the run to the hooks. rctx is cancelled
+// when the lease is lost; ctx only on a hard stop.
 func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
-	msg := r.Message()
-	lease := Lease{ID: r.ID, Token: r.Token}
+	ev := Event{Message: r.Message()}
+	rctx = w.begin(rctx, ev.Message)
 	start := time.Now()
+	finished := false
+	defer func() {
+		if !finished { // the panic goes on once the hooks have the run
+			ev.Outcome, ev.DeadReason = idem.Panicked, ""
+		}
+		ev.Duration = time.Since(start)
+		w.end(rctx, ev)
+	}()
+	w.run(rctx, ctx, r, &ev)
+	finished = true
+}
+
+// run is runOne; it records the outcome in ev.
+func (w *Worker[Tx]) run(rctx, ctx context.Context, r Row, ev *Event) {
+	msg := ev.Message
+	lease := Lease{ID: r.ID, Token: r.Token}
 	w.mu.Lock()
 	h := w.handlers[r.Type]
 	w.mu.Unlock()
 	if h == nil {
 		text := fmt.Sprintf("no handler registered for event type %q", r.Type)
-		w.fail(ctx, r, FailRequest{Lease: lease, Error: text, Dead: true, DeadReason: idem.DeadNoHandler}, start, errors.New("inbox: "+text))
+		w.fail(rctx, r, FailRequest{Lease: lease, Error: text, Dead: true, DeadReason: idem.DeadNoHandler}, errors.New("inbox: "+text), ev)
 		return
 	}
 	err := w.b.Complete(rctx, lease, func(ctx context.Context, tx Tx) (err error) {
@@ -469,15 +523,16 @@ func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
 	})
 	switch {
 	case err == nil:
-		w.emit(Event{Message: msg, Outcome: idem.Processed, Duration: time.Since(start)})
+		ev.Outcome = idem.Processed
 		return
 	case errors.Is(err, idem.ErrLeaseLost) || errors.Is(context.Cause(rctx), idem.ErrLeaseLost):
-		w.log.WarnContext(ctx, "inbox: lease lost; another worker has the row", "row", r.ID, "err", err)
-		w.emit(Event{Message: msg, Outcome: idem.LeaseLost, Err: err, Duration: time.Since(start)})
+		w.log.WarnContext(rctx, "inbox: lease lost; another worker has the row", "row", r.ID, "err", err)
+		ev.Outcome, ev.Err = idem.LeaseLost, err
 		return
 	case ctx.Err() != nil:
 		// A hard stop cancelled the handler: not the message's fault.
-		w.release(ctx, &batchLeases{held: map[int64]int64{r.ID: r.Token}}, []Row{r})
+		ev.Outcome = idem.Abandoned
+		w.release(rctx, &batchLeases{held: map[int64]int64{r.ID: r.Token}}, []Row{r}, ev)
 		return
 	}
 	req := FailRequest{Lease: lease, Error: CutError(err.Error())}
@@ -492,13 +547,14 @@ func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
 	default:
 		req.Delay = w.policy.DelayFor(r.Attempts, err)
 	}
-	w.fail(ctx, r, req, start, err)
+	w.fail(rctx, r, req, err, ev)
 }
 
-func (w *Worker[Tx]) fail(ctx context.Context, r Row, req FailRequest, start time.Time, cause error) {
+// fail records a failed run and its outcome in ev.
+func (w *Worker[Tx]) fail(ctx context.Context, r Row, req FailRequest, cause error, ev *Event) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	ev := Event{Message: r.Message(), Outcome: idem.Retried, Err: cause}
+	ev.Outcome, ev.Err = idem.Retried, cause
 	if err := w.b.Fail(fctx, req); err != nil {
 		if errors.Is(err, idem.ErrLeaseLost) {
 			ev.Outcome = idem.LeaseLost
@@ -512,6 +568,4 @@ func (w *Worker[Tx]) fail(ctx context.Context, r Row, req FailRequest, start tim
 		w.log.WarnContext(ctx, "inbox: message is dead", "row", r.ID, "source", r.Source, "id", r.MessageID,
 			"type", r.Type, "reason", req.DeadReason, "attempts", r.Attempts+1, "err", cause)
 	}
-	ev.Duration = time.Since(start)
-	w.emit(ev)
 }

@@ -63,6 +63,11 @@ func Run[Tx any](t *testing.T, newEnv func(t *testing.T) Env[Tx]) {
 	})
 }
 
+// runEnd is an [inbox.RunEndHook] from a function.
+type runEnd func(ev inbox.Event)
+
+func (f runEnd) OnRunEnd(_ context.Context, ev inbox.Event) { f(ev) }
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -268,11 +273,11 @@ func testProcessAll[Tx any](t *testing.T, env Env[Tx]) {
 	var processed atomic.Int64
 	cfg := fastConfig(5)
 	cfg.Workers = 8
-	cfg.OnEvent = func(ev inbox.Event) {
+	cfg.Hooks = []idem.Hook{runEnd(func(ev inbox.Event) {
 		if ev.Outcome == idem.Processed {
 			processed.Add(1)
 		}
-	}
+	})}
 	w := newWorker(t, env, cfg, map[string]inbox.Handler[Tx]{"a": effectHandler(env, nil)})
 	drain(t, ctx, env, w)
 	eff := effects(t, ctx, env)
@@ -438,13 +443,13 @@ func testHeartbeat[Tx any](t *testing.T, env Env[Tx]) {
 	// 150ms, a 50ms extension stuck behind parallel tests' writes lost the
 	// lease now and then under -race.
 	cfg.Workers, cfg.BatchSize, cfg.Lease = 1, 3, 600*time.Millisecond
-	cfg.OnEvent = func(ev inbox.Event) {
+	cfg.Hooks = []idem.Hook{runEnd(func(ev inbox.Event) {
 		if ev.Outcome != idem.Processed {
 			mu.Lock()
 			lost = append(lost, fmt.Sprintf("%s: %v (%v)", ev.Message.ID, ev.Outcome, ev.Err))
 			mu.Unlock()
 		}
-	}
+	})}
 	w := newWorker(t, env, cfg, map[string]inbox.Handler[Tx]{"a": effectHandler(env, func(inbox.Message) error {
 		time.Sleep(time.Second)
 		return nil

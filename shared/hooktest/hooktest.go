@@ -319,9 +319,9 @@ func NewWorker(t testing.TB, hooks []idem.Hook) *inbox.Worker[struct{}] {
 		lost: map[int64]bool{4: true},
 	}
 	w, err := inbox.NewWorker[struct{}](b, &inbox.Config{
-		Retry:   &retry.Policy{MaxAttempts: 3},
-		Logger:  Quiet,
-		OnEvent: inboxHooks(hooks),
+		Retry:  &retry.Policy{MaxAttempts: 3},
+		Logger: Quiet,
+		Hooks:  hooks,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -496,15 +496,5 @@ func ReportDo(ctx context.Context, h idem.Hook, ev idem.DoEvent) {
 	}
 	if e, ok := h.(idem.DoEndHook); ok {
 		e.OnDoEnd(ctx, ev)
-	}
-}
-
-// inboxHooks adapts hooks to inbox.Config.OnEvent until the worker takes
-// []idem.Hook itself (transitional): it reports each run after the fact.
-func inboxHooks(hooks []idem.Hook) func(inbox.Event) {
-	return func(ev inbox.Event) {
-		for _, h := range hooks {
-			ReportRun(context.Background(), h, ev)
-		}
 	}
 }

@@ -1,0 +1,240 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/retry"
+)
+
+// memoryBackend serves Worker.RunOnce from memory: Claim hands out rows,
+// Complete runs the handler unless the row is lost (or panics for a row in
+// panics), Release fails with releaseErr if set.
+type memoryBackend struct {
+	unusedBackend
+	mu         sync.Mutex
+	rows       []Row
+	lost       map[int64]bool
+	panics     map[int64]bool
+	releaseErr error
+}
+
+func (b *memoryBackend) Claim(_ context.Context, req ClaimRequest) ([]Row, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := min(req.Limit, len(b.rows))
+	out := b.rows[:n]
+	b.rows = b.rows[n:]
+	return out, nil
+}
+
+func (b *memoryBackend) Complete(ctx context.Context, l Lease, fn func(context.Context, struct{}) error) error {
+	if b.panics[l.ID] {
+		panic("backend bug")
+	}
+	if b.lost[l.ID] {
+		return fmt.Errorf("memory: row %d: %w", l.ID, idem.ErrLeaseLost)
+	}
+	return fn(ctx, struct{}{})
+}
+
+func (b *memoryBackend) Fail(context.Context, FailRequest) error { return nil }
+
+func (b *memoryBackend) Extend(_ context.Context, ls []Lease, _ time.Duration) ([]int64, error) {
+	ids := make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i] = l.ID
+	}
+	return ids, nil
+}
+
+func (b *memoryBackend) Release(_ context.Context, ls []Lease) (int64, error) {
+	if b.releaseErr != nil {
+		return 0, b.releaseErr
+	}
+	return int64(len(ls)), nil
+}
+
+type hookKey string
+
+// recorder logs the calls of both hooks. Its start hook puts its name in
+// the context; its end hook logs which names the context holds.
+type recorder struct {
+	name string
+	mu   *sync.Mutex
+	log  *[]string
+}
+
+func (r recorder) add(s string) {
+	r.mu.Lock()
+	*r.log = append(*r.log, s)
+	r.mu.Unlock()
+}
+
+func names(ctx context.Context) string {
+	var got []string
+	for _, n := range []string{"a", "b"} {
+		if ctx.Value(hookKey(n)) != nil {
+			got = append(got, n)
+		}
+	}
+	return "[" + strings.Join(got, " ") + "]"
+}
+
+func (r recorder) OnRunStart(ctx context.Context, ev Event) context.Context {
+	r.add(fmt.Sprintf("%s start %s %s %s", r.name, ev.Message.ID, ev.Outcome, names(ctx)))
+	return context.WithValue(ctx, hookKey(r.name), true)
+}
+
+func (r recorder) OnRunEnd(ctx context.Context, ev Event) {
+	s := fmt.Sprintf("%s end %s %s %s", r.name, ev.Message.ID, ev.Outcome, names(ctx))
+	if ev.DeadReason != "" {
+		s += "/" + ev.DeadReason.String()
+	}
+	r.add(s)
+}
+
+func newHookWorker(t *testing.T, b *memoryBackend, handlerSaw *[]string) (*Worker[struct{}], *[]string) {
+	t.Helper()
+	var mu sync.Mutex
+	var log []string
+	w, err := NewWorker[struct{}](b, &Config{
+		Workers: 1, PurgeInterval: -1, Logger: slog.New(slog.DiscardHandler),
+		Retry: &retry.Policy{MaxAttempts: 2},
+		// The string is neither hook: it is ignored.
+		Hooks: []idem.Hook{recorder{"a", &mu, &log}, "not a hook", recorder{"b", &mu, &log}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := func(err error) Handler[struct{}] {
+		return func(ctx context.Context, _ struct{}, m Message) error {
+			*handlerSaw = append(*handlerSaw, m.ID+" "+names(ctx))
+			return err
+		}
+	}
+	for typ, h := range map[string]Handler[struct{}]{
+		"ok": handle(nil), "flaky": handle(errors.New("flaky")), "bad": handle(retry.Permanent(errors.New("bad"))),
+		"panics": func(context.Context, struct{}, Message) error { panic("handler bug") },
+	} {
+		if err := w.Handle(typ, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w, &log
+}
+
+func hookRow(id int64, typ string, attempts int) Row {
+	return Row{ID: id, Source: "s", MessageID: fmt.Sprintf("m%d", id), Type: typ, Attempts: attempts, Token: 1}
+}
+
+// The start hooks run in order before the handler, which runs with the
+// context they return; the end hooks run once per run, in order, with that
+// context and the outcome.
+func TestHooksPerRun(t *testing.T) {
+	t.Parallel()
+	b := &memoryBackend{
+		rows: []Row{hookRow(1, "ok", 0), hookRow(2, "flaky", 0), hookRow(3, "flaky", 1), hookRow(4, "bad", 0),
+			hookRow(5, "unknown", 0), hookRow(6, "ok", 0), hookRow(7, "panics", 0)},
+		lost: map[int64]bool{6: true},
+	}
+	var saw []string
+	w, log := newHookWorker(t, b, &saw)
+	if n, err := w.RunOnce(context.Background()); err != nil || n != 7 {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	var want []string
+	for _, run := range []struct{ id, end string }{
+		{"m1", "processed"}, {"m2", "retried"}, {"m3", "dead_lettered"}, {"m4", "dead_lettered"},
+		{"m5", "dead_lettered"}, {"m6", "lease_lost"}, {"m7", "retried"},
+	} {
+		reason := map[string]string{"m3": "/max_attempts", "m4": "/permanent", "m5": "/no_handler"}[run.id]
+		want = append(want, "a start "+run.id+"  []", "b start "+run.id+"  [a]",
+			"a end "+run.id+" "+run.end+" [a b]"+reason, "b end "+run.id+" "+run.end+" [a b]"+reason)
+	}
+	if !slices.Equal(*log, want) {
+		t.Errorf("hook calls:\n%s\nwant:\n%s", strings.Join(*log, "\n"), strings.Join(want, "\n"))
+	}
+	if wantSaw := []string{"m1 [a b]", "m2 [a b]", "m3 [a b]", "m4 [a b]"}; !slices.Equal(saw, wantSaw) {
+		t.Errorf("handlers saw %q, want %q", saw, wantSaw)
+	}
+}
+
+// A panic of the worker itself (here the backend's) ends the run with
+// idem.Panicked before it goes on.
+func TestHooksEndOnPanic(t *testing.T) {
+	t.Parallel()
+	b := &memoryBackend{rows: []Row{hookRow(1, "ok", 0)}, panics: map[int64]bool{1: true}}
+	var saw []string
+	w, log := newHookWorker(t, b, &saw)
+	func() {
+		defer func() {
+			if p := recover(); p != "backend bug" {
+				t.Errorf("recovered %v, want the backend's panic", p)
+			}
+		}()
+		_, _ = w.RunOnce(context.Background())
+	}()
+	want := []string{"a start m1  []", "b start m1  [a]", "a end m1 panicked [a b]", "b end m1 panicked [a b]"}
+	if !slices.Equal(*log, want) {
+		t.Errorf("hook calls %q, want %q", *log, want)
+	}
+}
+
+// Rows given back on stop did not run: each is reported, start then end,
+// as released.
+func TestHooksReleasedRows(t *testing.T) {
+	t.Parallel()
+	b := &memoryBackend{rows: []Row{hookRow(1, "ok", 0), hookRow(2, "ok", 0)}}
+	var saw []string
+	w, log := newHookWorker(t, b, &saw)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := w.RunOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	var want []string
+	for _, id := range []string{"m1", "m2"} {
+		want = append(want, "a start "+id+"  []", "b start "+id+"  [a]", "a end "+id+" released [a b]", "b end "+id+" released [a b]")
+	}
+	if !slices.Equal(*log, want) || len(saw) != 0 {
+		t.Errorf("hook calls %q (handlers ran: %q), want %q", *log, saw, want)
+	}
+}
+
+// A hard stop cancels a running handler: the run ends released, or
+// abandoned when the row cannot be given back.
+func TestHooksHardStop(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		releaseErr error
+		want       string
+	}{{nil, "released"}, {errors.New("database down"), "abandoned"}} {
+		b := &memoryBackend{rows: []Row{hookRow(1, "wait", 0)}, releaseErr: c.releaseErr}
+		var saw []string
+		w, log := newHookWorker(t, b, &saw)
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := w.Handle("wait", func(ctx context.Context, _ struct{}, _ Message) error {
+			cancel()
+			<-ctx.Done()
+			return ctx.Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"a start m1  []", "b start m1  [a]", "a end m1 " + c.want + " [a b]", "b end m1 " + c.want + " [a b]"}
+		if !slices.Equal(*log, want) {
+			t.Errorf("release error %v: hook calls %q, want %q", c.releaseErr, *log, want)
+		}
+	}
+}
