@@ -50,7 +50,8 @@ type Processor[Tx any] interface {
 	// Process runs fn in a transaction that also records msg, unless msg was
 	// seen before within its window: Processed when fn ran and everything
 	// committed, Duplicate or Mismatch when fn did not run. An error from fn
-	// rolls everything back and is returned as it is. An error wrapping
+	// rolls everything back and is returned wrapped (errors.Is and
+	// errors.As see it, and idem.IsRetryable answers for it). An error wrapping
 	// ErrCommitUnknown means the commit was sent and its answer lost.
 	Process(ctx context.Context, msg Message, fn func(ctx context.Context, tx Tx) error) (Outcome, error)
 
