@@ -25,6 +25,7 @@ type memoryBackend struct {
 	lost       map[int64]bool
 	panics     map[int64]bool
 	releaseErr error
+	fails      []FailRequest
 }
 
 func (b *memoryBackend) Claim(_ context.Context, req ClaimRequest) ([]Row, error) {
@@ -46,7 +47,12 @@ func (b *memoryBackend) Complete(ctx context.Context, l Lease, fn func(context.C
 	return fn(ctx, struct{}{})
 }
 
-func (b *memoryBackend) Fail(context.Context, FailRequest) error { return nil }
+func (b *memoryBackend) Fail(_ context.Context, req FailRequest) error {
+	b.mu.Lock()
+	b.fails = append(b.fails, req)
+	b.mu.Unlock()
+	return nil
+}
 
 func (b *memoryBackend) Extend(_ context.Context, ls []Lease, _ time.Duration) ([]int64, error) {
 	ids := make([]int64, len(ls))
@@ -123,6 +129,7 @@ func newHookWorker(t *testing.T, b *memoryBackend, handlerSaw *[]string) (*Worke
 	}
 	for typ, h := range map[string]Handler[struct{}]{
 		"ok": handle(nil), "flaky": handle(errors.New("flaky")), "bad": handle(retry.Permanent(errors.New("bad"))),
+		"outage": handle(idem.Retryable(errors.New("database down"))),
 		"panics": func(context.Context, struct{}, Message) error { panic("handler bug") },
 	} {
 		if err := w.Handle(typ, h); err != nil {
@@ -236,5 +243,33 @@ func TestHooksHardStop(t *testing.T) {
 		if !slices.Equal(*log, want) {
 			t.Errorf("release error %v: hook calls %q, want %q", c.releaseErr, *log, want)
 		}
+	}
+}
+
+// What the worker asks the backend to record for each kind of failure
+// (MaxAttempts 2): an infrastructure error is never counted nor dead, even
+// on the last attempt.
+func TestFailRequests(t *testing.T) {
+	t.Parallel()
+	b := &memoryBackend{rows: []Row{hookRow(1, "flaky", 0), hookRow(2, "flaky", 1), hookRow(3, "bad", 0),
+		hookRow(4, "outage", 1), hookRow(5, "unknown", 0)}}
+	var saw []string
+	w, _ := newHookWorker(t, b, &saw)
+	if _, err := w.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range b.fails {
+		got = append(got, fmt.Sprintf("%d dead=%v/%s uncounted=%v delayed=%v %s", f.ID, f.Dead, f.DeadReason, f.Uncounted, f.Delay > 0, f.Error))
+	}
+	want := []string{
+		"1 dead=false/ uncounted=false delayed=true flaky",
+		"2 dead=true/max_attempts uncounted=false delayed=false flaky",
+		"3 dead=true/permanent uncounted=false delayed=false bad",
+		"4 dead=false/ uncounted=true delayed=true database down",
+		`5 dead=true/no_handler uncounted=false delayed=false no handler registered for event type "unknown"`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("fail requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

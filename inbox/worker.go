@@ -535,18 +535,11 @@ func (w *Worker[Tx]) run(rctx, ctx context.Context, r Row, ev *Event) {
 		w.release(rctx, &batchLeases{held: map[int64]int64{r.ID: r.Token}}, []Row{r}, ev)
 		return
 	}
-	req := FailRequest{Lease: lease, Error: CutError(err.Error())}
-	switch {
-	case retry.IsPermanent(err):
-		req.Dead, req.DeadReason = true, idem.DeadPermanent
-	case idem.IsRetryable(err):
-		req.Uncounted = true
-		req.Delay = w.policy.DelayFor(r.Attempts, err)
-	case w.policy.MaxAttempts > 0 && r.Attempts+1 >= w.policy.MaxAttempts:
-		req.Dead, req.DeadReason = true, idem.DeadMaxAttempts
-	default:
-		req.Delay = w.policy.DelayFor(r.Attempts, err)
-	}
+	// Infrastructure failures are not counted in the row, so the backoff of
+	// an outage grows with the counted attempts only.
+	d := w.policy.Decide(retry.Failures{Counted: r.Attempts}, err)
+	req := FailRequest{Lease: lease, Error: CutError(err.Error()), Delay: d.Delay, Uncounted: !d.Counted(),
+		Dead: d.GiveUp(), DeadReason: d.Reason}
 	w.fail(rctx, r, req, err, ev)
 }
 
