@@ -365,7 +365,7 @@ func TestAdminMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := httptest.NewRequest(http.MethodPost, "/orders", nil)
-	m.HTTPHook()(req, idemhttp.Event{Outcome: idem.Duplicate, Status: http.StatusCreated, Duration: 3 * time.Millisecond})
+	m.OnRequestEnd(req.Context(), idemhttp.Event{Request: req, Outcome: idem.Duplicate, Status: http.StatusCreated, Duration: 3 * time.Millisecond})
 	a := startTestAdmin(t, adminConfig{Registry: reg})
 	code, body, h := adminGet(t, a, http.MethodGet, "/metrics")
 	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {

@@ -193,6 +193,16 @@ type requestLog struct {
 
 type requestLogKey struct{}
 
+// requestLogHook is the idemhttp.RequestEndHook that hands the
+// middleware's event to the requestLog in the request's context.
+type requestLogHook struct{}
+
+func (requestLogHook) OnRequestEnd(ctx context.Context, ev idemhttp.Event) {
+	if rl, ok := ctx.Value(requestLogKey{}).(*requestLog); ok {
+		rl.ev, rl.set = ev, true
+	}
+}
+
 // statusWriter remembers the status of a pass-through response.
 type statusWriter struct {
 	http.ResponseWriter
@@ -235,7 +245,6 @@ func runProxy(cmd *cobra.Command, o proxyOptions, cfg storeConfig) error {
 	if err != nil {
 		return err
 	}
-	httpHook := metrics.HTTPHook()
 
 	principal := idemhttp.PrincipalFromAuthorization()
 	var preserve []string
@@ -253,13 +262,7 @@ func runProxy(cmd *cobra.Command, o proxyOptions, cfg storeConfig) error {
 		ReplayHeaders: o.replayHeaders,
 		ErrorFormat:   idemhttp.ErrorFormat(o.errorFormat),
 		Logger:        logger,
-		OnDo:          metrics.GuardHook("proxy"),
-		OnRequest: func(r *http.Request, e idemhttp.Event) {
-			httpHook(r, e)
-			if rl, ok := r.Context().Value(requestLogKey{}).(*requestLog); ok {
-				rl.ev, rl.set = e, true
-			}
-		},
+		Hooks:         []idem.Hook{metrics.For("proxy"), requestLogHook{}},
 	})
 	if err != nil {
 		return usageError{err}
