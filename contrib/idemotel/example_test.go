@@ -15,7 +15,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/contrib/idemotel"
 	"github.com/idem-go/idem/idemhttp"
@@ -43,10 +45,20 @@ func counts(reader *sdkmetric.ManualReader, name, attr string) map[string]int64 
 	return out
 }
 
+// names returns the names of spans by span id, to print a span's parent.
+func names(spans []sdktrace.ReadOnlySpan) map[trace.SpanID]string {
+	out := map[trace.SpanID]string{}
+	for _, s := range spans {
+		out[s.SpanContext().SpanID()] = s.Name()
+	}
+	return out
+}
+
 // Trace and count idempotent HTTP requests: a first request, its retry
 // (replayed) and the key reused with another body (mismatch). Each request
 // gets an idem.http span under the server span, here started by hand where
-// otelhttp would start it.
+// otelhttp would start it, and the middleware's Guard an idem.guard span
+// under it, the parent of the handler's spans.
 func Example() {
 	reader, spans := sdkmetric.NewManualReader(), tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -58,11 +70,11 @@ func Example() {
 		panic(err)
 	}
 	// Production code passes a durable store; the memory store is for
-	// examples and tests only.
+	// examples and tests only. With idemprom too: Hooks: []idem.Hook{metrics, tel}.
 	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
 		Principal:       idemhttp.PrincipalFromHeader("X-User"),
 		AllowNonDurable: true,
-		OnRequest:       tel.HTTPHook(),
+		Hooks:           []idem.Hook{tel.For("payments-api")},
 	})
 	if err != nil {
 		panic(err)
@@ -81,8 +93,10 @@ func Example() {
 		mux.ServeHTTP(httptest.NewRecorder(), r.WithContext(ctx))
 		server.End()
 	}
-	for _, s := range spans.Ended() {
-		if s.Name() != "idem.http" {
+	ended := spans.Ended()
+	name := names(ended)
+	for _, s := range ended {
+		if s.Name() == "POST /payments" {
 			continue
 		}
 		attrs := map[string]string{}
@@ -90,19 +104,24 @@ func Example() {
 			attrs[string(a.Key)] = a.Value.String()
 		}
 		fmt.Println(s.Name(), attrs["idem.outcome"], attrs["http.response.status_code"], attrs["http.route"],
-			"status:", s.Status().Code, "has parent:", s.Parent().IsValid())
+			"status:", s.Status().Code, "parent:", name[s.Parent().SpanID()])
 	}
 	fmt.Println(counts(reader, "idem.http.requests", "idem.outcome"))
 	// Output:
-	// idem.http processed 201 /payments status: Unset has parent: true
-	// idem.http duplicate 201 /payments status: Unset has parent: true
-	// idem.http mismatch 422 /payments status: Unset has parent: true
+	// idem.guard processed   status: Unset parent: idem.http
+	// idem.http processed 201 /payments status: Unset parent: POST /payments
+	// idem.guard duplicate   status: Unset parent: idem.http
+	// idem.http duplicate 201 /payments status: Unset parent: POST /payments
+	// idem.guard mismatch   status: Unset parent: idem.http
+	// idem.http mismatch 422 /payments status: Unset parent: POST /payments
 	// map[duplicate:1 mismatch:1 processed:1]
 }
 
-// A dead letter is an error span and a dead_letters point by reason; the
-// span lasts the duration the engine reported.
-func ExampleTelemetry_ConsumeHooks() {
+// A consumer's deliveries: the engine calls the start hook as a delivery
+// arrives (the span starts, under the broker adapter's span, and the
+// handler runs in it) and the end hook with its outcome. A dead letter is
+// an error span and a dead_letters point by reason.
+func Example_consumer() {
 	reader, spans := sdkmetric.NewManualReader(), tracetest.NewSpanRecorder()
 	tel, err := idemotel.New(&idemotel.Options{
 		MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
@@ -112,37 +131,66 @@ func ExampleTelemetry_ConsumeHooks() {
 	if err != nil {
 		panic(err)
 	}
-	// In production: consume.New(process, &consume.Config{Name: "payments", Hooks: tel.ConsumeHooks()}).
-	// Here the engine's reports are made by hand.
-	hooks := tel.ConsumeHooks()
-	ctx := context.Background()
-	hooks.OnDelivery(ctx, consume.Event{Consumer: "payments", ID: "m-1", Attempt: 1,
-		Outcome: consume.OutcomeProcessed, Duration: 20 * time.Millisecond})
-	hooks.OnDelivery(ctx, consume.Event{Consumer: "payments", ID: "m-2", Attempt: 1,
-		Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonPermanent,
-		Err: errors.New("invalid IBAN"), Duration: 5 * time.Millisecond})
+	// In production: consume.New(process, &consume.Config{Name: "payments", Hooks: []idem.Hook{metrics, tel}}).
+	// Here the engine's calls are made by hand.
+	for _, ev := range []consume.Event{
+		{Consumer: "payments", ID: "m-1", Attempt: 1, Outcome: idem.Processed, Duration: 20 * time.Millisecond},
+		{Consumer: "payments", ID: "m-2", Attempt: 1, Outcome: idem.DeadLettered, Reason: idem.DeadPermanent,
+			Err: errors.New("invalid IBAN"), Duration: 5 * time.Millisecond},
+	} {
+		ctx := tel.OnDeliveryStart(context.Background(), consume.Event{Consumer: ev.Consumer, ID: ev.ID, Attempt: ev.Attempt})
+		// … the handler runs with ctx …
+		tel.OnDeliveryEnd(ctx, ev)
+	}
 
 	for _, s := range spans.Ended() {
-		fmt.Printf("%s %v %v %q\n", s.Name(), s.EndTime().Sub(s.StartTime()), s.Status().Code, s.Status().Description)
+		fmt.Printf("%s %v %q\n", s.Name(), s.Status().Code, s.Status().Description)
 	}
 	fmt.Println(counts(reader, "idem.consumer.dead_letters", "idem.dead_letter.reason"))
 	// Output:
-	// idem.consume 20ms Unset ""
-	// idem.consume 5ms Error "dead_lettered: permanent"
+	// idem.consume Unset ""
+	// idem.consume Error "dead_lettered: permanent"
 	// map[max_attempts:0 permanent:1]
 }
 
-// Report to idemotel and to your own hooks at once.
-func ExampleMultiConsumeHooks() {
-	tel, err := idemotel.New(nil) // the otel globals
+// Name each Guard, so that its calls have series of their own; the span
+// of each call is the parent of the spans the guarded function starts.
+func ExampleTelemetry_For() {
+	reader, spans := sdkmetric.NewManualReader(), tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	tel, err := idemotel.New(&idemotel.Options{
+		MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		TracerProvider: tp,
+	})
 	if err != nil {
 		panic(err)
 	}
-	var counters consume.Counters
-	hooks := idemotel.MultiConsumeHooks(tel.ConsumeHooks(), &counters)
-	// consume.New(process, &consume.Config{Name: "payments", Hooks: hooks})
-	hooks.OnDelivery(context.Background(), consume.Event{Consumer: "payments", Outcome: consume.OutcomeDuplicate})
-	fmt.Println(counters.Snapshot().Duplicate)
+	// With idemprom too: Hooks: []idem.Hook{metrics.For("payments-gateway"), tel.For("payments-gateway")}.
+	guard := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{Hooks: []idem.Hook{tel.For("payments-gateway")}})
+	charge := func(ctx context.Context, _ idem.Run) ([]byte, error) {
+		_, span := tp.Tracer("gateway").Start(ctx, "POST /v1/charges")
+		defer span.End()
+		return []byte("ch_1"), nil
+	}
+	call := idem.Call{Scope: "alice", Key: "pay-1", Fingerprint: idem.FingerprintBytes([]byte("100"))}
+	for range 2 {
+		if _, err := guard.Do(context.Background(), call, charge); err != nil {
+			panic(err)
+		}
+	}
+	ended := spans.Ended()
+	name := names(ended)
+	for _, s := range ended {
+		parent := "none"
+		if s.Parent().IsValid() {
+			parent = name[s.Parent().SpanID()]
+		}
+		fmt.Println(s.Name(), "parent:", parent)
+	}
+	fmt.Println(counts(reader, "idem.guard.calls", "idem.guard"))
 	// Output:
-	// 1
+	// POST /v1/charges parent: idem.guard
+	// idem.guard parent: none
+	// idem.guard parent: none
+	// map[payments-gateway:2]
 }

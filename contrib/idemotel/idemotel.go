@@ -2,8 +2,6 @@ package idemotel
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -11,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
@@ -65,6 +62,9 @@ const (
 	attrToken          = attribute.Key("idem.token")
 	attrTakeover       = attribute.Key("idem.takeover")
 )
+
+// defaultGuard names the Guard calls of a Telemetry not made by For.
+const defaultGuard = "default"
 
 // Span names.
 const (
@@ -123,6 +123,9 @@ type Telemetry struct {
 	route    bool
 	keys     bool
 	messages bool
+	// guard is the name of the Guard whose calls this Telemetry reports
+	// (For), and guardLabel its bounded metric attribute value.
+	guard, guardLabel string
 
 	deliveries    metric.Int64Counter
 	handle        metric.Float64Histogram
@@ -185,10 +188,12 @@ func New(opts *Options) (*Telemetry, error) {
 		return h
 	}
 	t := &Telemetry{
-		tracer:   tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
-		route:    o.HTTPRoute,
-		keys:     o.RecordKeys,
-		messages: o.RecordErrorMessages,
+		tracer:     tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		route:      o.HTTPRoute,
+		keys:       o.RecordKeys,
+		messages:   o.RecordErrorMessages,
+		guard:      defaultGuard,
+		guardLabel: defaultGuard,
 		deliveries: counter("idem.consumer.deliveries", "{delivery}",
 			"Deliveries handled by a consume.Engine, by outcome."),
 		handle: histogram("idem.consumer.handle.duration",
@@ -235,45 +240,132 @@ func (t *Telemetry) consumerLabel(name string) string {
 		for _, o := range hooklabel.ConsumeOutcomes() {
 			t.deliveries.Add(ctx, 0, metric.WithAttributes(c, attrOutcome.String(o.String())))
 		}
-		t.deadLetters.Add(ctx, 0, metric.WithAttributes(c, attrReason.String(consume.ReasonMaxAttempts)))
+		t.deadLetters.Add(ctx, 0, metric.WithAttributes(c, attrReason.String(string(idem.DeadMaxAttempts))))
 		t.infraRetries.Add(ctx, 0, metric.WithAttributes(c))
 	}
 	return label
 }
 
+// The hooks. Telemetry implements the start and end hooks of every
+// component: the start hook starts the span, a child of the span in the
+// component's context, and returns a context holding it, so that the
+// work's own spans are its children; the end hook ends it and records the
+// measurements.
+var (
+	_ idem.DoStartHook          = (*Telemetry)(nil)
+	_ idem.DoEndHook            = (*Telemetry)(nil)
+	_ consume.DeliveryStartHook = (*Telemetry)(nil)
+	_ consume.DeliveryEndHook   = (*Telemetry)(nil)
+	_ inbox.RunStartHook        = (*Telemetry)(nil)
+	_ inbox.RunEndHook          = (*Telemetry)(nil)
+	_ idemhttp.RequestStartHook = (*Telemetry)(nil)
+	_ idemhttp.RequestEndHook   = (*Telemetry)(nil)
+)
+
+// For returns a Telemetry that shares t's instruments and tracer and
+// reports Guard calls under idem.guard=name (a metric attribute bounded by
+// [Options.MaxLabelValues]). Give each Guard (and each idemhttp
+// middleware, whose Guard reports through its hooks) a name of its own:
+// Hooks: []idem.Hook{tel.For("payments-gateway")}. A Telemetry not made
+// by For reports them as idem.guard=default. The name labels nothing else:
+// consumers carry their own name, and the HTTP and inbox instruments have
+// no component attribute.
+func (t *Telemetry) For(name string) *Telemetry {
+	c := *t
+	c.guard = name
+	c.guardLabel, _ = t.guards.Label(name)
+	return &c
+}
+
+// spanKey finds, in the context a start hook returned, the span it
+// started. The Telemetry is part of the key, so that two of them in one
+// component's hooks (For values) each end their own span, and a span
+// another hook put in the context after this one's is never taken for it.
+type spanKey struct {
+	t    *Telemetry
+	name string
+}
+
+// start starts the span name as a child of the span in ctx, and returns a
+// context holding it, for the work and for [Telemetry.end].
+func (t *Telemetry) start(ctx context.Context, name string, kind trace.SpanKind, attrs []attribute.KeyValue) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return context.WithValue(ctx, spanKey{t, name}, span)
+}
+
+// end ends the span that start put in ctx (or, when the component called
+// no start hook, a span of no length made now), after setting attrs, and
+// returns a context holding it, so that the measurements that follow
+// carry it as an exemplar.
+//
+// When failed, the status is Error; error.type is err's type
+// (semconv.ErrorType: an ErrorType() string method in the chain, or the Go
+// type), else the HTTP status code of a 5xx, else "_OTHER". Any err adds
+// an exception event. The error message, which may quote keys and scopes,
+// is recorded only with RecordErrorMessages; otherwise the status
+// description is desc (the outcome).
+func (t *Telemetry) end(ctx context.Context, name string, kind trace.SpanKind, attrs []attribute.KeyValue,
+	failed bool, err error, desc string, status int) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	span, ok := ctx.Value(spanKey{t, name}).(trace.Span)
+	if !ok {
+		ctx = t.start(ctx, name, kind, nil)
+		span = ctx.Value(spanKey{t, name}).(trace.Span)
+	}
+	if failed {
+		switch {
+		case err != nil:
+			attrs = append(attrs, semconv.ErrorType(err))
+		case status >= 500 && status <= 599:
+			attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+		default:
+			attrs = append(attrs, semconv.ErrorTypeOther)
+		}
+	}
+	span.SetAttributes(attrs...)
+	if err != nil {
+		ev := []attribute.KeyValue{semconv.ExceptionTypeKey.String(semconv.ErrorType(err).Value.AsString())}
+		if t.messages {
+			ev = append(ev, semconv.ExceptionMessageKey.String(traceString(err.Error())))
+		}
+		span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(ev...))
+	}
+	if failed {
+		if t.messages && err != nil {
+			desc = traceString(err.Error())
+		}
+		span.SetStatus(codes.Error, desc)
+	}
+	span.End()
+	return trace.ContextWithSpan(ctx, span)
+}
+
 // consumeFailed reports whether a delivery's span is an error: the message
 // is not done (retried, dead-lettered, or requeued because the commit
-// outcome is unknown), or settling it failed. A duplicate is not an error,
-// and neither is a delivery abandoned because the consumer shut down.
+// outcome is unknown), something panicked, or settling it failed. A
+// duplicate is not an error, and neither is a delivery abandoned because
+// the consumer shut down.
 func consumeFailed(ev consume.Event) bool {
 	switch ev.Outcome {
-	case consume.OutcomeRetried, consume.OutcomeDeadLettered, consume.OutcomeRequeued:
+	case idem.Retried, idem.DeadLettered, idem.Requeued, idem.Panicked:
 		return true
-	case consume.OutcomeAbandoned:
+	case idem.Abandoned:
 		return false
 	}
 	return ev.Err != nil
 }
 
-// ConsumeHooks returns hooks for consume.Config.Hooks. Each delivery makes
-// one span, a child of the span in the hook's context (the broker
-// adapter's), and its measurements. The message id is a span attribute,
-// never a metric attribute; the dedupe key is neither unless
-// [Options.RecordKeys].
-func (t *Telemetry) ConsumeHooks() consume.Hooks {
-	return consume.HooksFunc(t.onDelivery)
-}
-
-func (t *Telemetry) onDelivery(ctx context.Context, ev consume.Event) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	end := time.Now()
-	outcome := hooklabel.ConsumeOutcome(ev.Outcome)
+// consumeAttrs are a delivery span's attributes that the start event
+// already carries.
+func (t *Telemetry) consumeAttrs(ev consume.Event) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{
 		semconv.MessagingOperationTypeProcess,
 		attrConsumer.String(traceString(ev.Consumer)),
-		attrOutcome.String(outcome),
 	}
 	if ev.Attempt > 0 {
 		attrs = append(attrs, attrAttempt.Int(ev.Attempt))
@@ -284,18 +376,35 @@ func (t *Telemetry) onDelivery(ctx context.Context, ev consume.Event) {
 	if t.keys && ev.Key != "" {
 		attrs = append(attrs, attrKey.String(traceString(ev.Key)))
 	}
+	return attrs
+}
+
+// OnDeliveryStart implements consume.DeliveryStartHook: it starts the
+// delivery's span (idem.consume, kind consumer), a child of the span in
+// ctx (the broker adapter's), and the parent of the handler's spans. The
+// message id is a span attribute, never a metric attribute; the dedupe key
+// is neither unless [Options.RecordKeys].
+func (t *Telemetry) OnDeliveryStart(ctx context.Context, ev consume.Event) context.Context {
+	return t.start(ctx, spanConsume, trace.SpanKindConsumer, t.consumeAttrs(ev))
+}
+
+// OnDeliveryEnd implements consume.DeliveryEndHook: it ends the delivery's
+// span with its outcome and records the delivery by consumer and outcome,
+// with its dead-letter reason or infrastructure retry.
+func (t *Telemetry) OnDeliveryEnd(ctx context.Context, ev consume.Event) {
+	outcome := hooklabel.Outcome(ev.Outcome)
+	attrs := append(t.consumeAttrs(ev), attrOutcome.String(outcome))
 	desc := outcome
 	switch ev.Outcome {
-	case consume.OutcomeDeadLettered:
+	case idem.DeadLettered:
 		if ev.Reason != "" {
-			attrs = append(attrs, attrReason.String(traceString(ev.Reason)))
-			desc += ": " + traceString(ev.Reason)
+			attrs = append(attrs, attrReason.String(traceString(string(ev.Reason))))
+			desc += ": " + traceString(string(ev.Reason))
 		}
-	case consume.OutcomeRetried:
+	case idem.Retried:
 		attrs = append(attrs, attrRetryDelay.Float64(ev.Delay.Seconds()), attrInfrastructure.Bool(ev.Infrastructure))
 	}
-	sctx := t.span(ctx, spanConsume, trace.SpanKindConsumer, end, ev.Duration, attrs,
-		consumeFailed(ev), ev.Err, desc, 0)
+	sctx := t.end(ctx, spanConsume, trace.SpanKindConsumer, attrs, consumeFailed(ev), ev.Err, desc, 0)
 
 	consumer := t.consumerLabel(ev.Consumer)
 	c := attrConsumer.String(consumer)
@@ -303,9 +412,9 @@ func (t *Telemetry) onDelivery(ctx context.Context, ev consume.Event) {
 	t.deliveries.Add(sctx, 1, set)
 	t.handle.Record(sctx, ev.Duration.Seconds(), set)
 	switch ev.Outcome {
-	case consume.OutcomeDeadLettered:
-		t.deadLetters.Add(sctx, 1, metric.WithAttributes(c, attrReason.String(hooklabel.DeadLetterReason(ev.Reason))))
-	case consume.OutcomeRetried:
+	case idem.DeadLettered:
+		t.deadLetters.Add(sctx, 1, metric.WithAttributes(c, attrReason.String(hooklabel.DeadReason(ev.Reason))))
+	case idem.Retried:
 		if ev.Infrastructure {
 			t.infraRetries.Add(sctx, 1, metric.WithAttributes(c))
 		}
@@ -313,33 +422,26 @@ func (t *Telemetry) onDelivery(ctx context.Context, ev consume.Event) {
 }
 
 // inboxFailed reports whether a run's span is an error: the row is not
-// processed (retried, dead) or this worker lost it (lease lost, nothing
-// committed). A row released on stop did not run and is not an error.
+// processed (retried, dead-lettered), this worker lost it (lease lost,
+// nothing committed), or the worker panicked. A row released, or abandoned
+// by a hard stop, did not run to its end because the worker is stopping,
+// which is not an error.
 func inboxFailed(ev inbox.Event) bool {
 	switch ev.Outcome {
-	case inbox.Retried, inbox.Dead, inbox.LeaseLost:
+	case idem.Retried, idem.DeadLettered, idem.LeaseLost, idem.Panicked:
 		return true
+	case idem.Released, idem.Abandoned:
+		return false
 	}
 	return ev.Err != nil
 }
 
-// InboxHook returns a function for inbox.Config.OnEvent. Each run makes a
-// root span: inbox events carry no context. The event type is a metric
-// attribute, bounded by [Options.MaxLabelValues]; the source, message id
-// and ordering key never are. Runs that did not execute a handler
-// (released rows, leases lost before the run) are counted but not timed.
-func (t *Telemetry) InboxHook() func(inbox.Event) {
-	return t.onInbox
-}
-
-func (t *Telemetry) onInbox(ev inbox.Event) {
-	end := time.Now()
-	outcome := hooklabel.InboxOutcome(ev.Outcome)
-	m := ev.Message
+// inboxAttrs are a run span's attributes that the start event already
+// carries.
+func (t *Telemetry) inboxAttrs(m inbox.Message) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{
 		semconv.MessagingOperationTypeProcess,
 		attrInboxType.String(traceString(m.Type)),
-		attrOutcome.String(outcome),
 	}
 	if m.Source != "" {
 		attrs = append(attrs, attrInboxSource.String(traceString(m.Source)))
@@ -353,10 +455,33 @@ func (t *Telemetry) onInbox(ev inbox.Event) {
 	if t.keys && m.OrderingKey != "" {
 		attrs = append(attrs, attrOrderingKey.String(traceString(m.OrderingKey)))
 	}
-	sctx := t.span(context.Background(), spanInbox, trace.SpanKindConsumer, end, ev.Duration, attrs,
-		inboxFailed(ev), ev.Err, outcome, 0)
+	return attrs
+}
 
-	typ, _ := t.types.Label(m.Type)
+// OnRunStart implements inbox.RunStartHook: it starts the run's span
+// (idem.inbox, kind consumer), a child of the span in the worker's
+// context and the parent of the handler's spans. The event type is a
+// metric attribute, bounded by [Options.MaxLabelValues]; the source,
+// message id and ordering key never are.
+func (t *Telemetry) OnRunStart(ctx context.Context, ev inbox.Event) context.Context {
+	return t.start(ctx, spanInbox, trace.SpanKindConsumer, t.inboxAttrs(ev.Message))
+}
+
+// OnRunEnd implements inbox.RunEndHook: it ends the run's span with its
+// outcome (and dead-letter reason) and records the run by event type and
+// outcome. Runs that did not execute a handler (released rows, leases lost
+// before the run) are counted but not timed.
+func (t *Telemetry) OnRunEnd(ctx context.Context, ev inbox.Event) {
+	outcome := hooklabel.Outcome(ev.Outcome)
+	attrs := append(t.inboxAttrs(ev.Message), attrOutcome.String(outcome))
+	desc := outcome
+	if ev.Outcome == idem.DeadLettered && ev.DeadReason != "" {
+		attrs = append(attrs, attrReason.String(traceString(string(ev.DeadReason))))
+		desc += ": " + traceString(string(ev.DeadReason))
+	}
+	sctx := t.end(ctx, spanInbox, trace.SpanKindConsumer, attrs, inboxFailed(ev), ev.Err, desc, 0)
+
+	typ, _ := t.types.Label(ev.Message.Type)
 	set := metric.WithAttributes(attrInboxType.String(typ), attrOutcome.String(outcome))
 	t.inboxRuns.Add(sctx, 1, set)
 	if ev.Duration > 0 {
@@ -394,10 +519,15 @@ func httpMethod(r *http.Request) attribute.KeyValue {
 	return semconv.HTTPRequestMethodOther
 }
 
-// routeOf returns the path of a ServeMux pattern ("[METHOD ][HOST]/PATH"),
-// which is what http.route means: the method has its own attribute, and
-// the host is not part of a route.
-func routeOf(pattern string) string {
+// routeOf returns the path of the ServeMux pattern ("[METHOD
+// ][HOST]/PATH") that matched r, which is what http.route means: the
+// method has its own attribute, and the host is not part of a route. It
+// is "" when r matched no pattern.
+func routeOf(r *http.Request) string {
+	if r == nil {
+		return ""
+	}
+	pattern := r.Pattern
 	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
 		pattern = strings.TrimLeft(pattern[i:], " \t")
 	}
@@ -407,32 +537,11 @@ func routeOf(pattern string) string {
 	return pattern
 }
 
-// HTTPHook returns a function for idemhttp.Config.OnRequest. Each request
-// makes a span, a child of the span in r.Context() (otelhttp's server
-// span). The idempotency key is a span attribute only with
-// [Options.RecordKeys]; the scope hash is a span attribute; neither, nor
-// the principal or the URL path, is ever a metric attribute. The route is
-// a metric attribute only with [Options.HTTPRoute].
-func (t *Telemetry) HTTPHook() func(*http.Request, idemhttp.Event) {
-	return t.onHTTP
-}
-
-func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
-	end := time.Now()
-	ctx := context.Background()
-	route := ""
-	if r != nil {
-		ctx = r.Context()
-		if r.Pattern != "" {
-			route = routeOf(r.Pattern)
-		}
-	}
-	outcome := hooklabel.HTTPOutcome(ev.Outcome)
-	attrs := []attribute.KeyValue{attrOutcome.String(outcome)}
-	if ev.Status != 0 {
-		attrs = append(attrs, semconv.HTTPResponseStatusCode(ev.Status))
-	}
-	if route != "" {
+// httpAttrs are a request span's attributes that the start event already
+// carries.
+func (t *Telemetry) httpAttrs(ev idemhttp.Event) []attribute.KeyValue {
+	var attrs []attribute.KeyValue
+	if route := routeOf(ev.Request); route != "" {
 		attrs = append(attrs, semconv.HTTPRoute(traceString(route)))
 	}
 	if ev.ScopeHash != "" {
@@ -441,24 +550,45 @@ func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
 	if t.keys && ev.Key != "" {
 		attrs = append(attrs, attrKey.String(traceString(ev.Key)))
 	}
+	return attrs
+}
+
+// OnRequestStart implements idemhttp.RequestStartHook: it starts the
+// request's span (idem.http, kind internal), a child of the span in the
+// request's context (otelhttp's server span) and the parent of the
+// handler's spans, or of the proxy's upstream call. The idempotency key is
+// a span attribute only with [Options.RecordKeys]; the scope hash is a
+// span attribute; neither, nor the principal or the URL path, is ever a
+// metric attribute.
+func (t *Telemetry) OnRequestStart(ctx context.Context, ev idemhttp.Event) context.Context {
+	return t.start(ctx, spanHTTP, trace.SpanKindInternal, t.httpAttrs(ev))
+}
+
+// OnRequestEnd implements idemhttp.RequestEndHook: it ends the request's
+// span with its outcome and status, and records the request by outcome and
+// status class. The route is a metric attribute only with
+// [Options.HTTPRoute].
+func (t *Telemetry) OnRequestEnd(ctx context.Context, ev idemhttp.Event) {
+	outcome := hooklabel.Outcome(ev.Outcome)
+	attrs := append(t.httpAttrs(ev), attrOutcome.String(outcome))
 	desc := outcome
 	if ev.Status != 0 {
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(ev.Status))
 		desc += ": " + strconv.Itoa(ev.Status)
 	}
-	sctx := t.span(ctx, spanHTTP, trace.SpanKindInternal, end, ev.Duration, attrs,
-		httpFailed(ev), ev.Err, desc, ev.Status)
+	sctx := t.end(ctx, spanHTTP, trace.SpanKindInternal, attrs, httpFailed(ev), ev.Err, desc, ev.Status)
 
 	requests := []attribute.KeyValue{attrOutcome.String(outcome), attrStatusClass.String(hooklabel.StatusClass(ev.Status))}
 	duration := []attribute.KeyValue{attrOutcome.String(outcome)}
 	if t.route {
 		// No route: the middleware is not inside a ServeMux, and the
 		// attribute is left out as the semantic conventions ask.
-		if route != "" {
+		if route := routeOf(ev.Request); route != "" {
 			label, _ := t.routes.Label(route)
 			requests = append(requests, semconv.HTTPRoute(label))
 			duration = append(duration, semconv.HTTPRoute(label))
 		}
-		m := httpMethod(r)
+		m := httpMethod(ev.Request)
 		requests = append(requests, m)
 		duration = append(duration, m)
 	}
@@ -467,111 +597,65 @@ func (t *Telemetry) onHTTP(r *http.Request, ev idemhttp.Event) {
 }
 
 // guardFailed reports whether a Do call's span is an error: fn failed or
-// panicked, the lease was lost, or the store failed. A replay is not an
-// error, even of a stored Final error, and neither is an execution whose
-// Final error was stored: the error is the call's result. A key in
-// progress, reused with another fingerprint or invalid is the caller's
-// business, as a 4xx is for HTTP; Do's error says so to the caller.
+// panicked, the lease was lost, the result could not be recorded, or the
+// store failed. A replay is not an error, even of a stored Final error,
+// and neither is an execution whose Final error was stored: the error is
+// the call's result. A key in progress, reused with another fingerprint
+// or invalid is the caller's business, as a 4xx is for HTTP; Do's error
+// says so to the caller.
 func guardFailed(ev idem.DoEvent) bool {
 	switch ev.Outcome {
-	case idem.DoFailed, idem.DoLeaseLost, idem.DoPanic, idem.DoError:
+	case idem.Released, idem.LeaseLost, idem.Panicked, idem.Errored, idem.NotRecorded:
 		return true
-	case idem.DoExecuted, idem.DoReplayed, idem.DoInProgress, idem.DoMismatch, idem.DoRejected:
+	case idem.Processed, idem.Duplicate, idem.InProgress, idem.Mismatch, idem.Rejected:
 		return false
 	}
 	return ev.Err != nil
 }
 
-// scopeHash is idemhttp's short hash of a scope, so that a Guard's spans
-// and idemhttp's can be matched.
-func scopeHash(scope string) string {
-	h := sha256.Sum256([]byte(scope))
-	return hex.EncodeToString(h[:8])
+// guardAttrs are a Do span's attributes that the start event already
+// carries.
+func (t *Telemetry) guardAttrs(ev idem.DoEvent) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{attrGuard.String(traceString(t.guard))}
+	if ev.Scope != "" {
+		attrs = append(attrs, attrScopeHash.String(idemhttp.ScopeHash(ev.Scope)))
+	}
+	if t.keys {
+		attrs = append(attrs, attrScope.String(traceString(ev.Scope)))
+		if ev.Key != "" {
+			attrs = append(attrs, attrKey.String(traceString(ev.Key)))
+		}
+	}
+	return attrs
 }
 
-// GuardHook returns a function for idem.GuardConfig.OnDo that reports the
-// calls under idem.guard=name (a metric attribute bounded by
-// [Options.MaxLabelValues]); give each Guard its own name
-// ("payments-gateway"). Each call makes a span, a child of the span in
-// Do's context. The span carries the scope's hash (idem.scope_hash, as
-// idemhttp computes it); the scope and key only with [Options.RecordKeys].
-// Neither is ever a metric attribute.
-func (t *Telemetry) GuardHook(name string) func(context.Context, idem.DoEvent) {
-	label, _ := t.guards.Label(name)
-	guard := attrGuard.String(traceString(name))
-	return func(ctx context.Context, ev idem.DoEvent) {
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		end := time.Now()
-		outcome := hooklabel.GuardOutcome(ev.Outcome)
-		attrs := []attribute.KeyValue{guard, attrOutcome.String(outcome)}
-		if ev.Scope != "" {
-			attrs = append(attrs, attrScopeHash.String(scopeHash(ev.Scope)))
-		}
-		if ev.Token != 0 {
-			attrs = append(attrs, attrToken.Int64(ev.Token))
-		}
-		if ev.Takeover {
-			attrs = append(attrs, attrTakeover.Bool(true))
-		}
-		if t.keys {
-			attrs = append(attrs, attrScope.String(traceString(ev.Scope)))
-			if ev.Key != "" {
-				attrs = append(attrs, attrKey.String(traceString(ev.Key)))
-			}
-		}
-		sctx := t.span(ctx, spanGuard, trace.SpanKindInternal, end, ev.Duration, attrs,
-			guardFailed(ev), ev.Err, outcome, 0)
-
-		set := metric.WithAttributes(attrGuard.String(label), attrOutcome.String(outcome))
-		t.guardCalls.Add(sctx, 1, set)
-		t.guardDuration.Record(sctx, ev.Duration.Seconds(), set)
-	}
+// OnDoStart implements idem.DoStartHook: it starts the call's span
+// (idem.guard, kind internal), a child of the span in Do's context and the
+// parent of the guarded function's spans. The span carries the scope's
+// hash (idem.scope_hash, as idemhttp computes it, so that the two match);
+// the scope and key only with [Options.RecordKeys]. Neither is ever a
+// metric attribute.
+func (t *Telemetry) OnDoStart(ctx context.Context, ev idem.DoEvent) context.Context {
+	return t.start(ctx, spanGuard, trace.SpanKindInternal, t.guardAttrs(ev))
 }
 
-// span records a span that ended at end and lasted d, as a child of the
-// span in parent (if any), and returns a context holding it so that the
-// measurements that follow can carry it as an exemplar.
-//
-// When failed, the status is Error and an exception event records err;
-// error.type is err's type (semconv.ErrorType: an ErrorType() string
-// method in the chain, or the Go type), else the HTTP status code of a
-// 5xx, else "_OTHER". The error message, which may quote keys and scopes,
-// is recorded only with RecordErrorMessages; otherwise the status
-// description is desc (the outcome).
-func (t *Telemetry) span(parent context.Context, name string, kind trace.SpanKind, end time.Time, d time.Duration,
-	attrs []attribute.KeyValue, failed bool, err error, desc string, status int) context.Context {
-	if d < 0 {
-		d = 0
+// OnDoEnd implements idem.DoEndHook: it ends the call's span with its
+// outcome, fencing token and takeover, and records the call by guard name
+// (see [Telemetry.For]) and outcome.
+func (t *Telemetry) OnDoEnd(ctx context.Context, ev idem.DoEvent) {
+	outcome := hooklabel.Outcome(ev.Outcome)
+	attrs := append(t.guardAttrs(ev), attrOutcome.String(outcome))
+	if ev.Token != 0 {
+		attrs = append(attrs, attrToken.Int64(ev.Token))
 	}
-	if failed {
-		switch {
-		case err != nil:
-			attrs = append(attrs, semconv.ErrorType(err))
-		case status >= 500 && status <= 599:
-			attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(status)))
-		default:
-			attrs = append(attrs, semconv.ErrorTypeOther)
-		}
+	if ev.Takeover {
+		attrs = append(attrs, attrTakeover.Bool(true))
 	}
-	ctx, span := t.tracer.Start(parent, name, trace.WithSpanKind(kind), trace.WithTimestamp(end.Add(-d)),
-		trace.WithAttributes(attrs...))
-	if err != nil {
-		ev := []attribute.KeyValue{semconv.ExceptionTypeKey.String(semconv.ErrorType(err).Value.AsString())}
-		if t.messages {
-			ev = append(ev, semconv.ExceptionMessageKey.String(traceString(err.Error())))
-		}
-		span.AddEvent(semconv.ExceptionEventName, trace.WithTimestamp(end), trace.WithAttributes(ev...))
-	}
-	if failed {
-		if t.messages && err != nil {
-			desc = traceString(err.Error())
-		}
-		span.SetStatus(codes.Error, desc)
-	}
-	span.End(trace.WithTimestamp(end))
-	return ctx
+	sctx := t.end(ctx, spanGuard, trace.SpanKindInternal, attrs, guardFailed(ev), ev.Err, outcome, 0)
+
+	set := metric.WithAttributes(attrGuard.String(t.guardLabel), attrOutcome.String(outcome))
+	t.guardCalls.Add(sctx, 1, set)
+	t.guardDuration.Record(sctx, ev.Duration.Seconds(), set)
 }
 
 // maxTraceString bounds free-form span attribute values: idem's keys and

@@ -219,14 +219,20 @@ func spanLeaks(t *testing.T, spans []sdktrace.ReadOnlySpan, secrets ...string) {
 	}
 }
 
-// wantTiming checks that a span ended within [before, after] and lasted d.
-func wantTiming(t *testing.T, s sdktrace.ReadOnlySpan, d time.Duration, before, after time.Time) {
+// wantWithin checks that a span started and ended within [before, after]:
+// it is a real span over the work, not one made after the fact.
+func wantWithin(t *testing.T, s sdktrace.ReadOnlySpan, before, after time.Time) {
 	t.Helper()
-	if got := s.EndTime().Sub(s.StartTime()); got != d {
-		t.Errorf("span lasted %v, want the reported %v", got, d)
+	if s.StartTime().Before(before) || s.EndTime().After(after) || s.EndTime().Before(s.StartTime()) {
+		t.Errorf("span %s from %v to %v, outside the work [%v, %v]", s.Name(), s.StartTime(), s.EndTime(), before, after)
 	}
-	if s.EndTime().Before(before) || s.EndTime().After(after) {
-		t.Errorf("span ended at %v, outside the hook call [%v, %v]", s.EndTime(), before, after)
+}
+
+// childOf fails t unless s is a child of the span parent.
+func childOf(t *testing.T, what string, s sdktrace.ReadOnlySpan, parent trace.SpanContext) {
+	t.Helper()
+	if s.Parent().SpanID() != parent.SpanID() || s.SpanContext().TraceID() != parent.TraceID() {
+		t.Errorf("%s: parent %v, want %v", what, s.Parent().SpanID(), parent.SpanID())
 	}
 }
 
@@ -258,7 +264,7 @@ func TestBuckets(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, c.opts)
-			r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: "t"}, Outcome: inbox.Processed, Duration: 30 * time.Millisecond})
+			hooktest.ReportRun(context.Background(), r.tel, inbox.Event{Message: inbox.Message{Type: "t"}, Outcome: idem.Processed, Duration: 30 * time.Millisecond})
 			dp := r.histogram(t, "idem.inbox.run.duration{idem.inbox.type=t,idem.outcome=processed}")
 			if !slices.Equal(dp.Bounds, c.want) {
 				t.Fatalf("bounds %v, want %v", dp.Bounds, c.want)
@@ -302,7 +308,7 @@ func TestNilOptionsUseGlobals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeProcessed})
+	hooktest.ReportDelivery(context.Background(), tel, consume.Event{Consumer: "c", Outcome: idem.Processed})
 	r := &rig{tel: tel, reader: reader, spans: spans}
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.consumer.deliveries{idem.consumer=c,idem.outcome=processed}": 1,
@@ -319,7 +325,7 @@ type eventLog struct {
 	events []consume.Event
 }
 
-func (l *eventLog) OnDelivery(_ context.Context, ev consume.Event) {
+func (l *eventLog) OnDeliveryEnd(_ context.Context, ev consume.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.events = append(l.events, ev)
@@ -329,7 +335,7 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	log := &eventLog{}
-	hooks := MultiConsumeHooks(r.tel.ConsumeHooks(), log)
+	hooks := []idem.Hook{r.tel, log}
 
 	// The broker adapter's span, which the delivery spans must sit under.
 	ctx, broker := r.tp.Tracer("broker").Start(context.Background(), "broker process")
@@ -373,9 +379,7 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 		if s.SpanKind() != trace.SpanKindConsumer {
 			t.Errorf("span %d kind %v", i, s.SpanKind())
 		}
-		if s.Parent().SpanID() != broker.SpanContext().SpanID() || s.SpanContext().TraceID() != broker.SpanContext().TraceID() {
-			t.Errorf("span %d is not a child of the broker span", i)
-		}
+		childOf(t, fmt.Sprintf("span %d", i), s, broker.SpanContext())
 		if a[attrOutcome].AsString() != ev.Outcome.String() || a[attrConsumer].AsString() != ev.Consumer ||
 			a[attrAttempt].AsInt64() != int64(ev.Attempt) || a["messaging.operation.type"].AsString() != "process" {
 			t.Errorf("span %d attributes %v for event %+v", i, a, ev)
@@ -389,11 +393,11 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 		if want := wantStatus[ev.Outcome.String()]; s.Status().Code != want {
 			t.Errorf("span %d (%v) status %v, want %v", i, ev.Outcome, s.Status(), want)
 		}
-		wantTiming(t, s, ev.Duration, before, after)
+		wantWithin(t, s, before, after)
 	}
 	// The delivery without an id: dead-lettered before any handler ran, so
 	// no error, only the reason.
-	if s := spans[3]; str(s, attrReason) != consume.ReasonMissingID || s.Status().Description != "dead_lettered: missing_id" ||
+	if s := spans[3]; str(s, attrReason) != string(idem.DeadMissingID) || s.Status().Description != "dead_lettered: missing_id" ||
 		str(s, "error.type") != "_OTHER" {
 		t.Errorf("missing id span: %v %v", attrsOf(s), s.Status())
 	}
@@ -408,7 +412,7 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 	// Duration histograms are in seconds and add up to the reported times.
 	var sum float64
 	for _, ev := range log.events[:3] {
-		if ev.Outcome == consume.OutcomeProcessed {
+		if ev.Outcome == idem.Processed {
 			sum += ev.Duration.Seconds()
 		}
 	}
@@ -430,7 +434,7 @@ func TestMeasurementsCarryTheSpanAsExemplar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeProcessed, Duration: time.Millisecond})
+	hooktest.ReportDelivery(context.Background(), tel, consume.Event{Consumer: "c", Outcome: idem.Processed, Duration: time.Millisecond})
 	span := r.ended("idem.consume")[0].SpanContext()
 	found := false
 	for _, sm := range r.collect(t).ScopeMetrics {
@@ -455,10 +459,10 @@ func TestMeasurementsCarryTheSpanAsExemplar(t *testing.T) {
 func TestConsumeInfrastructureRetry(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	e := hooktest.NewEngine(t, r.tel.ConsumeHooks(), "ledger", func(context.Context, idem.Run, consume.Delivery) error {
+	e := hooktest.NewEngine(t, []idem.Hook{r.tel}, "ledger", func(context.Context, idem.Run, consume.Delivery) error {
 		return idem.Retryable(errors.New("connection refused"))
 	})
-	hooktest.Handle(t, context.Background(), e, hooktest.NewDelivery("m1", "x"), consume.OutcomeRetried)
+	hooktest.Handle(t, context.Background(), e, hooktest.NewDelivery("m1", "x"), idem.Retried)
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.consumer.infrastructure_retries{idem.consumer=ledger}":          1,
 		"idem.consumer.deliveries{idem.consumer=ledger,idem.outcome=retried}": 1,
@@ -476,11 +480,11 @@ func TestConsumeInfrastructureRetry(t *testing.T) {
 func TestConsumeUnknownValuesAreOther(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	h := r.tel.ConsumeHooks()
-	h.OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.Outcome(42)})
-	h.OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeDeadLettered, Reason: "something new"})
-	h.OnDelivery(context.Background(), consume.Event{Consumer: "\xff", Outcome: consume.OutcomeProcessed})
-	h.OnDelivery(context.Background(), consume.Event{Consumer: "", Outcome: consume.OutcomeProcessed})
+	ctx := context.Background()
+	hooktest.ReportDelivery(ctx, r.tel, consume.Event{Consumer: "c", Outcome: "brand_new"})
+	hooktest.ReportDelivery(ctx, r.tel, consume.Event{Consumer: "c", Outcome: idem.DeadLettered, Reason: "something new"})
+	hooktest.ReportDelivery(ctx, r.tel, consume.Event{Consumer: "\xff", Outcome: idem.Processed})
+	hooktest.ReportDelivery(ctx, r.tel, consume.Event{Consumer: "", Outcome: idem.Processed})
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.consumer.deliveries{idem.consumer=c,idem.outcome=other}":                     1,
 		"idem.consumer.dead_letters{idem.consumer=c,idem.dead_letter.reason=other}":        1,
@@ -505,20 +509,21 @@ func TestConsumeStatusMapping(t *testing.T) {
 		ev   consume.Event
 		want codes.Code
 	}{
-		{"processed", consume.Event{Outcome: consume.OutcomeProcessed}, codes.Unset},
-		{"processed, ack failed", consume.Event{Outcome: consume.OutcomeProcessed, Err: ackErr}, codes.Error},
-		{"duplicate", consume.Event{Outcome: consume.OutcomeDuplicate}, codes.Unset},
-		{"retried", consume.Event{Outcome: consume.OutcomeRetried, Err: errors.New("x")}, codes.Error},
-		{"dead-lettered", consume.Event{Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonPermanent, Err: retry.Permanent(errors.New("x"))}, codes.Error},
-		{"requeued", consume.Event{Outcome: consume.OutcomeRequeued, Err: consume.ErrCommitUnknown}, codes.Error},
-		{"abandoned", consume.Event{Outcome: consume.OutcomeAbandoned, Err: context.Canceled}, codes.Unset},
-		{"unknown", consume.Event{Outcome: consume.Outcome(42)}, codes.Unset},
+		{"processed", consume.Event{Outcome: idem.Processed}, codes.Unset},
+		{"processed, ack failed", consume.Event{Outcome: idem.Processed, Err: ackErr}, codes.Error},
+		{"duplicate", consume.Event{Outcome: idem.Duplicate}, codes.Unset},
+		{"retried", consume.Event{Outcome: idem.Retried, Err: errors.New("x")}, codes.Error},
+		{"dead-lettered", consume.Event{Outcome: idem.DeadLettered, Reason: idem.DeadPermanent, Err: retry.Permanent(errors.New("x"))}, codes.Error},
+		{"requeued", consume.Event{Outcome: idem.Requeued, Err: idem.ErrCommitUnknown}, codes.Error},
+		{"abandoned", consume.Event{Outcome: idem.Abandoned, Err: context.Canceled}, codes.Unset},
+		{"panicked", consume.Event{Outcome: idem.Panicked}, codes.Error},
+		{"unknown", consume.Event{Outcome: "brand_new"}, codes.Unset},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, nil)
 			c.ev.Consumer = "c"
-			r.tel.ConsumeHooks().OnDelivery(context.Background(), c.ev)
+			hooktest.ReportDelivery(context.Background(), r.tel, c.ev)
 			s := r.ended("idem.consume")[0]
 			if s.Status().Code != c.want {
 				t.Fatalf("status %v, want %v", s.Status(), c.want)
@@ -547,9 +552,11 @@ func TestErrorMessagesAreOptIn(t *testing.T) {
 		t.Run(fmt.Sprint(record), func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, &Options{RecordErrorMessages: record})
-			r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", Outcome: consume.OutcomeRetried, Err: err})
-			r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: "t"}, Outcome: inbox.Dead, Err: err})
-			r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idem.Errored, Status: 503, Err: err})
+			ctx := context.Background()
+			hooktest.ReportDelivery(ctx, r.tel, consume.Event{Consumer: "c", Outcome: idem.Retried, Err: err})
+			hooktest.ReportRun(ctx, r.tel, inbox.Event{Message: inbox.Message{Type: "t"}, Outcome: idem.DeadLettered, Err: err})
+			hooktest.ReportRequest(ctx, r.tel, idemhttp.Event{Outcome: idem.Errored, Status: 503, Err: err})
+			hooktest.ReportDo(ctx, r.tel, idem.DoEvent{Outcome: idem.Errored, Err: err})
 			for _, s := range r.spans.Ended() {
 				ex := exception(s)
 				if str(s, "error.type") != "card_declined" || ex["exception.type"] != "card_declined" {
@@ -584,9 +591,8 @@ func TestConsumersAreCreatedAtZero(t *testing.T) {
 func TestMaxLabelValuesBoundsConsumers(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, &Options{MaxLabelValues: 2})
-	h := r.tel.ConsumeHooks()
 	for _, c := range []string{"a", "b", "c", "d", "a"} {
-		h.OnDelivery(context.Background(), consume.Event{Consumer: c, Outcome: consume.OutcomeProcessed})
+		hooktest.ReportDelivery(context.Background(), r.tel, consume.Event{Consumer: c, Outcome: idem.Processed})
 	}
 	got := r.points(t)
 	hooktest.WantCounts(t, got, map[string]float64{
@@ -609,14 +615,17 @@ func TestInboxHookWithRealWorker(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	var events []inbox.Event
-	w := hooktest.NewWorker(t, MultiInboxHook(r.tel.InboxHook(), func(ev inbox.Event) { events = append(events, ev) }))
+	w := hooktest.NewWorker(t, []idem.Hook{r.tel, runEnd(func(_ context.Context, ev inbox.Event) { events = append(events, ev) })})
+	// The worker's span, which the run spans must sit under.
+	ctx, worker := r.tp.Tracer("app").Start(context.Background(), "inbox worker")
 	before := time.Now()
-	if n, err := w.RunOnce(context.Background()); err != nil || n != 6 {
+	if n, err := w.RunOnce(ctx); err != nil || n != 6 {
 		t.Fatalf("RunOnce: %d, %v", n, err)
 	}
 	after := time.Now()
+	worker.End()
 
-	wantOutcomes := []string{"processed", "retried", "dead", "lease_lost", "dead", "dead"}
+	wantOutcomes := []string{"processed", "retried", "dead_lettered", "lease_lost", "dead_lettered", "dead_lettered"}
 	var got []string
 	for _, ev := range events {
 		got = append(got, ev.Outcome.String())
@@ -628,13 +637,13 @@ func TestInboxHookWithRealWorker(t *testing.T) {
 		return "idem.inbox.runs{idem.inbox.type=" + typ + ",idem.outcome=" + outcome + "}"
 	}
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
-		run("order.created", "processed"):                                          1,
-		run("order.created", "lease_lost"):                                         1,
-		run("order.failing", "retried"):                                            1,
-		run("order.failing", "dead"):                                               1,
-		run("order.permanent", "dead"):                                             1,
-		run("order.unknown", "dead"):                                               1,
-		"idem.inbox.run.duration{idem.inbox.type=order.failing,idem.outcome=dead}": 1,
+		run("order.created", "processed"):                                                   1,
+		run("order.created", "lease_lost"):                                                  1,
+		run("order.failing", "retried"):                                                     1,
+		run("order.failing", "dead_lettered"):                                               1,
+		run("order.permanent", "dead_lettered"):                                             1,
+		run("order.unknown", "dead_lettered"):                                               1,
+		"idem.inbox.run.duration{idem.inbox.type=order.failing,idem.outcome=dead_lettered}": 1,
 	})
 	r.noLeaks(t, "secret", "msg-")
 
@@ -645,21 +654,28 @@ func TestInboxHookWithRealWorker(t *testing.T) {
 	for i, s := range spans {
 		ev := events[i]
 		a := attrsOf(s)
-		if s.Parent().IsValid() || s.SpanKind() != trace.SpanKindConsumer {
-			t.Errorf("span %d: parent %v kind %v, want a consumer root", i, s.Parent(), s.SpanKind())
+		if s.SpanKind() != trace.SpanKindConsumer {
+			t.Errorf("span %d: kind %v", i, s.SpanKind())
 		}
+		childOf(t, fmt.Sprintf("span %d", i), s, worker.SpanContext())
 		if a["messaging.message.id"].AsString() != ev.Message.ID || a[attrInboxSource].AsString() != "orders" ||
 			a[attrInboxType].AsString() != ev.Message.Type || a[attrAttempt].AsInt64() != int64(ev.Message.Attempt) ||
 			a[attrOutcome].AsString() != ev.Outcome.String() {
 			t.Errorf("span %d attributes %v for %+v", i, a, ev)
 		}
-		if want := ev.Outcome != inbox.Processed; (s.Status().Code == codes.Error) != want {
+		if want := ev.Outcome != idem.Processed; (s.Status().Code == codes.Error) != want {
 			t.Errorf("span %d (%v): status %v", i, ev.Outcome, s.Status())
 		}
-		wantTiming(t, s, ev.Duration, before, after)
+		if got := a[attrReason].AsString(); got != string(ev.DeadReason) {
+			t.Errorf("span %d reason %q, want %q", i, got, ev.DeadReason)
+		}
+		wantWithin(t, s, before, after)
 	}
 	if got := attrsOf(spans[5])[attrAttempt].AsInt64(); got != 3 {
 		t.Errorf("third attempt reported as %d", got)
+	}
+	if got := spans[4].Status().Description; got != "dead_lettered: no_handler" {
+		t.Errorf("no handler span status %q", got)
 	}
 	spanLeaks(t, spans, "customer-secret")
 }
@@ -669,7 +685,7 @@ func TestInboxHook(t *testing.T) {
 	r := newRig(t, &Options{MaxLabelValues: 3})
 	// The released row did not run, and the lease was lost before the
 	// run: neither is timed.
-	hooktest.DriveInbox(r.tel.InboxHook())
+	hooktest.DriveInbox(context.Background(), []idem.Hook{r.tel})
 
 	got := r.points(t)
 	run := func(typ, outcome string) string {
@@ -680,9 +696,9 @@ func TestInboxHook(t *testing.T) {
 	}
 	hooktest.WantCounts(t, got, map[string]float64{
 		run("order.created", "processed"): 2, run("order.created", "retried"): 1,
-		run("order.paid", "dead"): 1, run("order.paid", "released"): 1, run("order.paid", "other"): 1,
+		run("order.paid", "dead_lettered"): 1, run("order.paid", "released"): 1, run("order.paid", "other"): 1,
 		run("order.shipped", "lease_lost"): 1, run("other", "processed"): 2,
-		dur("order.created", "processed"): 2, dur("order.paid", "dead"): 1,
+		dur("order.created", "processed"): 2, dur("order.paid", "dead_lettered"): 1,
 	})
 	for _, k := range []string{dur("order.paid", "released"), dur("order.shipped", "lease_lost")} {
 		if _, ok := got[k]; ok {
@@ -698,12 +714,9 @@ func TestInboxHook(t *testing.T) {
 			t.Errorf("span %d (%s): status %v, want %v", i, str(s, attrOutcome), s.Status(), wantStatus[i])
 		}
 	}
-	// Spans are not bounded; a run that did not execute is a span of no length.
+	// Spans are not bounded.
 	if got := str(spans[8], attrInboxType); got != "spam.2" {
 		t.Errorf("span type %q", got)
-	}
-	if s := spans[4]; !s.EndTime().Equal(s.StartTime()) {
-		t.Errorf("released span lasted %v", s.EndTime().Sub(s.StartTime()))
 	}
 	spanLeaks(t, spans, "customer-secret")
 }
@@ -714,19 +727,21 @@ func TestInboxStatusMapping(t *testing.T) {
 		ev   inbox.Event
 		want codes.Code
 	}{
-		{inbox.Event{Outcome: inbox.Processed}, codes.Unset},
-		{inbox.Event{Outcome: inbox.Retried, Err: errors.New("x")}, codes.Error},
-		{inbox.Event{Outcome: inbox.Dead}, codes.Error},
-		{inbox.Event{Outcome: inbox.LeaseLost}, codes.Error},
-		{inbox.Event{Outcome: inbox.Released}, codes.Unset},
-		{inbox.Event{Outcome: inbox.Outcome(99)}, codes.Unset},
-		{inbox.Event{Outcome: inbox.Outcome(99), Err: errors.New("x")}, codes.Error},
+		{inbox.Event{Outcome: idem.Processed}, codes.Unset},
+		{inbox.Event{Outcome: idem.Retried, Err: errors.New("x")}, codes.Error},
+		{inbox.Event{Outcome: idem.DeadLettered, DeadReason: idem.DeadMaxAttempts}, codes.Error},
+		{inbox.Event{Outcome: idem.LeaseLost}, codes.Error},
+		{inbox.Event{Outcome: idem.Released}, codes.Unset},
+		{inbox.Event{Outcome: idem.Panicked}, codes.Error},
+		{inbox.Event{Outcome: idem.Abandoned, Err: context.Canceled}, codes.Unset},
+		{inbox.Event{Outcome: "brand_new"}, codes.Unset},
+		{inbox.Event{Outcome: "brand_new", Err: errors.New("x")}, codes.Error},
 	} {
 		t.Run(fmt.Sprintf("%v %v", c.ev.Outcome, c.ev.Err != nil), func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, nil)
 			c.ev.Message.Type = "t"
-			r.tel.InboxHook()(c.ev)
+			hooktest.ReportRun(context.Background(), r.tel, c.ev)
 			s := r.ended("idem.inbox")[0]
 			if s.Status().Code != c.want {
 				t.Fatalf("status %v, want %v", s.Status(), c.want)
@@ -742,7 +757,7 @@ func TestInboxStatusMapping(t *testing.T) {
 // (hooktest.ServeIdem), inside a server span as otelhttp would start it.
 func serveIdem(t *testing.T, r *rig) (http.Handler, *[]trace.SpanContext) {
 	t.Helper()
-	mux := hooktest.ServeIdem(t, r.tel.HTTPHook())
+	mux := hooktest.ServeIdem(t, []idem.Hook{r.tel})
 	var servers []trace.SpanContext
 	tracer := r.tp.Tracer("server")
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -798,9 +813,7 @@ func TestHTTPHookWithRealMiddleware(t *testing.T) {
 		if s.SpanKind() != trace.SpanKindInternal {
 			t.Errorf("span %d kind %v", i, s.SpanKind())
 		}
-		if server := (*servers)[i]; s.Parent().SpanID() != server.SpanID() || s.SpanContext().TraceID() != server.TraceID() {
-			t.Errorf("span %d is not a child of its request's server span", i)
-		}
+		childOf(t, fmt.Sprintf("span %d", i), s, (*servers)[i])
 		if a[attrOutcome].AsString() != w.outcome || a["http.response.status_code"].AsInt64() != w.status || s.Status().Code != w.code {
 			t.Errorf("span %d: %v %v, want %+v", i, a, s.Status(), w)
 		}
@@ -821,23 +834,90 @@ func TestHTTPHookWithRealMiddleware(t *testing.T) {
 		t.Errorf("released span: %v %v", attrsOf(s), s.Status())
 	}
 	spanLeaks(t, spans, "secret", "/accounts/acct")
+
+	// The middleware's Guard has the same hooks: each request that reached
+	// it (all but the rejected one) has a Guard span under its HTTP span,
+	// with the same scope hash.
+	guards := r.ended("idem.guard")
+	if len(guards) != 4 {
+		t.Fatalf("%d Guard spans, want 4", len(guards))
+	}
+	for i, want := range []int{0, 1, 2, 4} {
+		g := guards[i]
+		childOf(t, fmt.Sprintf("guard span %d", i), g, spans[want].SpanContext())
+		if str(g, attrOutcome) != wants[want].outcome || str(g, attrScopeHash) != str(spans[want], attrScopeHash) {
+			t.Errorf("guard span %d: %v", i, attrsOf(g))
+		}
+	}
 }
 
-func TestHTTPSpanLastsTheReportedLatency(t *testing.T) {
+// The spans nest as the work does: otelhttp's server span, idemhttp's
+// request span, the Guard's span, and the spans the handler starts.
+func TestHTTPSpansAreTheParentsOfTheHandlers(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	ctx, parent := r.tp.Tracer("server").Start(context.Background(), "POST")
-	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", nil)
-	before := time.Now()
-	r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idem.Processed, Status: 200, Duration: 1500 * time.Millisecond})
-	after := time.Now()
-	parent.End()
-	s := r.ended("idem.http")[0]
-	wantTiming(t, s, 1500*time.Millisecond, before, after)
-	if s.Parent().SpanID() != parent.SpanContext().SpanID() {
-		t.Fatal("not a child of the request's span")
+	tracer := r.tp.Tracer("app")
+	var handler trace.SpanContext
+	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
+		SharedScope: true, AllowNonDurable: true, Logger: hooktest.Quiet,
+		Hooks: []idem.Hook{r.tel.For("api")},
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, ok := attrsOf(s)["http.route"]; ok {
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, span := tracer.Start(req.Context(), "charge card")
+		handler = span.SpanContext()
+		span.End()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	ctx, server := tracer.Start(context.Background(), "POST", trace.WithSpanKind(trace.SpanKindServer))
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/pay", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", `"k1"`)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	server.End()
+	if w.Code != http.StatusCreated {
+		t.Fatalf("status %d", w.Code)
+	}
+	httpSpan, guard := r.ended("idem.http"), r.ended("idem.guard")
+	if len(httpSpan) != 1 || len(guard) != 1 {
+		t.Fatalf("%d http spans, %d guard spans", len(httpSpan), len(guard))
+	}
+	childOf(t, "http span", httpSpan[0], server.SpanContext())
+	childOf(t, "guard span", guard[0], httpSpan[0].SpanContext())
+	var work sdktrace.ReadOnlySpan
+	for _, s := range r.spans.Ended() {
+		if s.SpanContext().SpanID() == handler.SpanID() {
+			work = s
+		}
+	}
+	if work == nil {
+		t.Fatal("the handler's span did not end")
+	}
+	childOf(t, "handler span", work, guard[0].SpanContext())
+	if str(guard[0], attrGuard) != "api" {
+		t.Errorf("guard name %q", str(guard[0], attrGuard))
+	}
+	// Each span covers its children.
+	for _, c := range [][2]sdktrace.ReadOnlySpan{{httpSpan[0], guard[0]}, {guard[0], work}} {
+		if c[1].StartTime().Before(c[0].StartTime()) || c[1].EndTime().After(c[0].EndTime()) {
+			t.Errorf("%s [%v, %v] does not cover %s [%v, %v]", c[0].Name(), c[0].StartTime(), c[0].EndTime(),
+				c[1].Name(), c[1].StartTime(), c[1].EndTime())
+		}
+	}
+}
+
+// The duration histograms record the duration the component reported.
+func TestHTTPDurationIsTheReportedOne(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	hooktest.ReportRequest(context.Background(), r.tel, idemhttp.Event{
+		Request: httptest.NewRequest(http.MethodPost, "/", nil), Outcome: idem.Processed, Status: 200, Duration: 1500 * time.Millisecond})
+	if dp := r.histogram(t, "idem.http.request.duration{idem.outcome=processed}"); dp.Sum != 1.5 {
+		t.Fatalf("sum %v, want 1.5", dp.Sum)
+	}
+	if _, ok := attrsOf(r.ended("idem.http")[0])["http.route"]; ok {
 		t.Fatal("a route without a pattern")
 	}
 }
@@ -848,11 +928,12 @@ func TestHTTPRouteIsOptInAndUsesThePattern(t *testing.T) {
 	h, _ := serveIdem(t, r)
 	hooktest.DriveHTTP(t, h)
 	// A middleware outside any mux sees no pattern.
-	r.tel.HTTPHook()(httptest.NewRequest(http.MethodPut, "/raw-secret", nil), idemhttp.Event{Key: "k", Outcome: idem.Processed, Status: 200})
-	r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: idem.Processed, Status: 200})
+	ctx := context.Background()
+	hooktest.ReportRequest(ctx, r.tel, idemhttp.Event{Request: httptest.NewRequest(http.MethodPut, "/raw-secret", nil), Key: "k", Outcome: idem.Processed, Status: 200})
+	hooktest.ReportRequest(ctx, r.tel, idemhttp.Event{Outcome: idem.Processed, Status: 200})
 	odd := httptest.NewRequest("BREW", "/", nil)
 	odd.Pattern = "example.com/pots/{pot}"
-	r.tel.HTTPHook()(odd, idemhttp.Event{Outcome: idem.Processed, Status: 200})
+	hooktest.ReportRequest(ctx, r.tel, idemhttp.Event{Request: odd, Outcome: idem.Processed, Status: 200})
 	const route = "http.route=/accounts/{account}/payments"
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.http.requests{http.request.method=POST," + route + ",idem.http.status_class=2xx,idem.outcome=processed}":            1,
@@ -870,7 +951,7 @@ func TestHTTPRoutesAreBounded(t *testing.T) {
 	for _, p := range []string{"POST /a", "POST /b", "POST /a"} {
 		req := httptest.NewRequest(http.MethodPost, "/", nil)
 		req.Pattern = p
-		r.tel.HTTPHook()(req, idemhttp.Event{Outcome: idem.Processed, Status: 201})
+		hooktest.ReportRequest(context.Background(), r.tel, idemhttp.Event{Request: req, Outcome: idem.Processed, Status: 201})
 	}
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.http.requests{http.request.method=POST,http.route=/a,idem.http.status_class=2xx,idem.outcome=processed}":    2,
@@ -884,11 +965,14 @@ func TestHTTPRoutesAreBounded(t *testing.T) {
 func TestHTTPUnknownValuesAreOther(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	hook := r.tel.HTTPHook()
-	hook(nil, idemhttp.Event{Outcome: "brand_new", Status: 200})
-	hook(nil, idemhttp.Event{Outcome: idem.Panicked, Status: 0})
-	hook(nil, idemhttp.Event{Outcome: idem.Errored, Status: 600})
-	hook(nil, idemhttp.Event{Outcome: idem.InProgress, Status: 100})
+	for _, ev := range []idemhttp.Event{
+		{Outcome: "brand_new", Status: 200},
+		{Outcome: idem.Panicked, Status: 0},
+		{Outcome: idem.Errored, Status: 600},
+		{Outcome: idem.InProgress, Status: 100},
+	} {
+		hooktest.ReportRequest(context.Background(), r.tel, ev)
+	}
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.http.requests{idem.http.status_class=2xx,idem.outcome=other}":       1,
 		"idem.http.requests{idem.http.status_class=other,idem.outcome=panicked}":  1,
@@ -919,11 +1003,13 @@ func TestHTTPStatusMapping(t *testing.T) {
 		{idem.Panicked, 500, nil, codes.Error},
 		{idem.Tombstoned, 201, nil, codes.Unset},
 		{idem.Canceled, 499, context.Canceled, codes.Unset},
+		{idem.NotRecorded, 201, idem.ErrNotRecorded, codes.Error},
+		{idem.InDoubt, 502, errors.New("upstream went away"), codes.Error},
 	} {
 		t.Run(fmt.Sprintf("%s %d", c.outcome, c.status), func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, nil)
-			r.tel.HTTPHook()(nil, idemhttp.Event{Outcome: c.outcome, Status: c.status, Err: c.err})
+			hooktest.ReportRequest(context.Background(), r.tel, idemhttp.Event{Outcome: c.outcome, Status: c.status, Err: c.err})
 			s := r.ended("idem.http")[0]
 			if s.Status().Code != c.want {
 				t.Fatalf("status %v, want %v", s.Status(), c.want)
@@ -941,13 +1027,13 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 	r := newRig(t, &Options{MaxLabelValues: 1})
 	var mu sync.Mutex
 	var events []idem.DoEvent
-	keep := func(_ context.Context, ev idem.DoEvent) {
+	keep := doEnd(func(_ context.Context, ev idem.DoEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, ev)
-	}
+	})
 	store := idemtest.NewMemoryStore(nil)
-	g := hooktest.NewGuard(store, MultiGuardHook(r.tel.GuardHook("gateway"), keep))
+	g := hooktest.NewGuard(store, []idem.Hook{r.tel.For("gateway"), keep})
 	ctx, caller := r.tp.Tracer("app").Start(context.Background(), "charge")
 	before := time.Now()
 	hooktest.DriveGuard(t, ctx, g) // executed, replayed, replayed, mismatch, failed
@@ -958,22 +1044,28 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 	if _, err := g.Do(ctx, hooktest.Call("", "a"), hooktest.Charge); err == nil {
 		t.Fatal("an empty key was accepted")
 	}
+	var work trace.SpanContext // a span the panicking function started
 	func() {
 		defer func() {
 			if recover() == nil {
 				t.Fatal("the panic did not go on")
 			}
 		}()
-		g.Do(ctx, hooktest.Call("secret-key-4", "a"), func(context.Context, idem.Run) ([]byte, error) { panic("bug") })
+		g.Do(ctx, hooktest.Call("secret-key-4", "a"), func(ctx context.Context, _ idem.Run) ([]byte, error) {
+			_, span := r.tp.Tracer("app").Start(ctx, "work")
+			work = span.SpanContext()
+			span.End()
+			panic("bug")
+		})
 	}()
 	after := time.Now()
 	caller.End()
 	// A second guard name is past MaxLabelValues: "other" in metrics.
-	g2 := hooktest.NewGuard(store, r.tel.GuardHook("second"))
+	g2 := hooktest.NewGuard(store, []idem.Hook{r.tel.For("second")})
 	if _, err := g2.Do(context.Background(), hooktest.Call("secret-key-5", "a"), hooktest.Charge); err != nil {
 		t.Fatal(err)
 	}
-	r.tel.GuardHook("gateway")(context.Background(), idem.DoEvent{Outcome: "brand_new"})
+	hooktest.ReportDo(context.Background(), r.tel.For("gateway"), idem.DoEvent{Outcome: "brand_new"})
 
 	calls := func(guard, outcome string) string {
 		return "idem.guard.calls{idem.guard=" + guard + ",idem.outcome=" + outcome + "}"
@@ -990,18 +1082,19 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 	if len(spans) != 10 || len(events) != 8 {
 		t.Fatalf("%d spans, %d events", len(spans), len(events))
 	}
-	wantStatus := map[idem.DoOutcome]codes.Code{
-		idem.DoExecuted: codes.Unset, idem.DoReplayed: codes.Unset, idem.DoMismatch: codes.Unset,
-		idem.DoRejected: codes.Unset, idem.DoFailed: codes.Error, idem.DoPanic: codes.Error,
+	wantStatus := map[idem.Outcome]codes.Code{
+		idem.Processed: codes.Unset, idem.Duplicate: codes.Unset, idem.Mismatch: codes.Unset,
+		idem.Rejected: codes.Unset, idem.Released: codes.Error, idem.Panicked: codes.Error,
 	}
 	h := sha256.Sum256([]byte("secret-scope"))
 	wantHash := hex.EncodeToString(h[:8])
 	for i, ev := range events {
 		s := spans[i]
 		a := attrsOf(s)
-		if s.SpanKind() != trace.SpanKindInternal || s.Parent().SpanID() != caller.SpanContext().SpanID() {
-			t.Errorf("span %d: kind %v, parent %v", i, s.SpanKind(), s.Parent())
+		if s.SpanKind() != trace.SpanKindInternal {
+			t.Errorf("span %d: kind %v", i, s.SpanKind())
 		}
+		childOf(t, fmt.Sprintf("span %d", i), s, caller.SpanContext())
 		if a[attrOutcome].AsString() != string(ev.Outcome) || a[attrGuard].AsString() != "gateway" ||
 			a[attrScopeHash].AsString() != wantHash || a[attrToken].AsInt64() != ev.Token {
 			t.Errorf("span %d attributes %v for %+v", i, a, ev)
@@ -1012,11 +1105,28 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 		if _, ok := a[attrKey]; ok {
 			t.Errorf("span %d records the key without RecordKeys", i)
 		}
-		wantTiming(t, s, ev.Duration, before, after)
+		wantWithin(t, s, before, after)
+	}
+	// The panic ended the call's span once, and it is the parent of the
+	// span the function started.
+	if s := spans[7]; events[7].Outcome != idem.Panicked || s.Status().Code != codes.Error {
+		t.Errorf("panic span: %v %v", events[7].Outcome, s.Status())
+	} else {
+		var child sdktrace.ReadOnlySpan
+		for _, c := range r.spans.Ended() {
+			if c.SpanContext().SpanID() == work.SpanID() {
+				child = c
+			}
+		}
+		if child == nil {
+			t.Error("the function's span did not end")
+		} else {
+			childOf(t, "the function's span", child, s.SpanContext())
+		}
 	}
 	// The stored Final error is the call's result: an exception event, but
 	// not an error span.
-	if s := spans[5]; events[5].Outcome != idem.DoExecuted || s.Status().Code != codes.Unset || exception(s) == nil {
+	if s := spans[5]; events[5].Outcome != idem.Processed || s.Status().Code != codes.Unset || exception(s) == nil {
 		t.Errorf("Final error span: %v %v %v", events[5].Outcome, s.Status(), s.Events())
 	}
 	if got := str(spans[8], attrGuard); got != "second" {
@@ -1031,22 +1141,23 @@ func TestGuardStatusMapping(t *testing.T) {
 		ev   idem.DoEvent
 		want codes.Code
 	}{
-		{idem.DoEvent{Outcome: idem.DoExecuted}, codes.Unset},
-		{idem.DoEvent{Outcome: idem.DoReplayed, Err: idem.Final(errors.New("x"))}, codes.Unset},
-		{idem.DoEvent{Outcome: idem.DoInProgress, Err: idem.ErrInProgress}, codes.Unset},
-		{idem.DoEvent{Outcome: idem.DoMismatch, Err: idem.ErrFingerprintMismatch}, codes.Unset},
-		{idem.DoEvent{Outcome: idem.DoRejected, Err: idem.ErrInvalidKey}, codes.Unset},
-		{idem.DoEvent{Outcome: idem.DoFailed, Err: errors.New("x")}, codes.Error},
-		{idem.DoEvent{Outcome: idem.DoLeaseLost, Err: idem.ErrLeaseLost}, codes.Error},
-		{idem.DoEvent{Outcome: idem.DoPanic}, codes.Error},
-		{idem.DoEvent{Outcome: idem.DoError, Err: errors.New("store down")}, codes.Error},
+		{idem.DoEvent{Outcome: idem.Processed}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.Duplicate, Err: idem.Final(errors.New("x"))}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.InProgress, Err: idem.ErrInProgress}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.Mismatch, Err: idem.ErrFingerprintMismatch}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.Rejected, Err: idem.ErrInvalidKey}, codes.Unset},
+		{idem.DoEvent{Outcome: idem.Released, Err: errors.New("x")}, codes.Error},
+		{idem.DoEvent{Outcome: idem.LeaseLost, Err: idem.ErrLeaseLost}, codes.Error},
+		{idem.DoEvent{Outcome: idem.NotRecorded, Err: idem.ErrNotRecorded}, codes.Error},
+		{idem.DoEvent{Outcome: idem.Panicked}, codes.Error},
+		{idem.DoEvent{Outcome: idem.Errored, Err: errors.New("store down")}, codes.Error},
 		{idem.DoEvent{Outcome: "brand_new"}, codes.Unset},
 		{idem.DoEvent{Outcome: "brand_new", Err: errors.New("x")}, codes.Error},
 	} {
 		t.Run(fmt.Sprintf("%s %v", c.ev.Outcome, c.ev.Err != nil), func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, nil)
-			r.tel.GuardHook("g")(context.Background(), c.ev)
+			hooktest.ReportDo(context.Background(), r.tel.For("g"), c.ev)
 			s := r.ended("idem.guard")[0]
 			if s.Status().Code != c.want {
 				t.Fatalf("status %v, want %v", s.Status(), c.want)
@@ -1061,9 +1172,10 @@ func TestGuardStatusMapping(t *testing.T) {
 func TestRecordKeys(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, &Options{RecordKeys: true})
-	r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", ID: "m1", Key: "order-secret-1", Outcome: consume.OutcomeProcessed})
-	r.tel.InboxHook()(inbox.Event{Message: inbox.Message{Type: "t", ID: "m2", OrderingKey: "customer-secret"}, Outcome: inbox.Processed})
-	r.tel.GuardHook("g")(context.Background(), idem.DoEvent{Scope: "tenant-secret", Key: "guard-secret-1", Outcome: idem.DoExecuted})
+	ctx := context.Background()
+	hooktest.ReportDelivery(ctx, r.tel, consume.Event{Consumer: "c", ID: "m1", Key: "order-secret-1", Outcome: idem.Processed})
+	hooktest.ReportRun(ctx, r.tel, inbox.Event{Message: inbox.Message{Type: "t", ID: "m2", OrderingKey: "customer-secret"}, Outcome: idem.Processed})
+	hooktest.ReportDo(ctx, r.tel.For("g"), idem.DoEvent{Scope: "tenant-secret", Key: "guard-secret-1", Outcome: idem.Processed})
 	h, _ := serveIdem(t, r)
 	hooktest.Post(t, h, `"key-secret-1"`, `{}`, false)
 
@@ -1086,8 +1198,8 @@ func TestTraceStringsAreValidAndBounded(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	long := strings.Repeat("é", 1000) // 2000 bytes
-	r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", ID: "bad\xffid", Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonInvalidID})
-	r.tel.ConsumeHooks().OnDelivery(context.Background(), consume.Event{Consumer: "c", ID: long, Outcome: consume.OutcomeDeadLettered, Reason: consume.ReasonInvalidID})
+	hooktest.ReportDelivery(context.Background(), r.tel, consume.Event{Consumer: "c", ID: "bad\xffid", Outcome: idem.DeadLettered, Reason: idem.DeadInvalidID})
+	hooktest.ReportDelivery(context.Background(), r.tel, consume.Event{Consumer: "c", ID: long, Outcome: idem.DeadLettered, Reason: idem.DeadInvalidID})
 	spans := r.ended("idem.consume")
 	if got := str(spans[0], "messaging.message.id"); got != "bad\uFFFDid" {
 		t.Errorf("id %q", got)
@@ -1098,20 +1210,208 @@ func TestTraceStringsAreValidAndBounded(t *testing.T) {
 	}
 }
 
-func TestMultiHooks(t *testing.T) {
+// doEnd and runEnd are end hooks made of functions, to watch what a
+// component reports beside the Telemetry.
+type (
+	doEnd  func(context.Context, idem.DoEvent)
+	runEnd func(context.Context, inbox.Event)
+)
+
+func (f doEnd) OnDoEnd(ctx context.Context, ev idem.DoEvent)  { f(ctx, ev) }
+func (f runEnd) OnRunEnd(ctx context.Context, ev inbox.Event) { f(ctx, ev) }
+
+// component calls one component's start and end hooks on a Telemetry.
+type component struct {
+	span  string
+	start func(*Telemetry, context.Context) context.Context
+	end   func(*Telemetry, context.Context)
+}
+
+var components = []component{
+	{spanConsume,
+		func(t *Telemetry, ctx context.Context) context.Context {
+			return t.OnDeliveryStart(ctx, consume.Event{Consumer: "c", ID: "m1", Attempt: 1})
+		},
+		func(t *Telemetry, ctx context.Context) {
+			t.OnDeliveryEnd(ctx, consume.Event{Consumer: "c", ID: "m1", Attempt: 1, Outcome: idem.Processed})
+		}},
+	{spanInbox,
+		func(t *Telemetry, ctx context.Context) context.Context {
+			return t.OnRunStart(ctx, inbox.Event{Message: inbox.Message{Type: "t", ID: "m1"}})
+		},
+		func(t *Telemetry, ctx context.Context) {
+			t.OnRunEnd(ctx, inbox.Event{Message: inbox.Message{Type: "t", ID: "m1"}, Outcome: idem.Processed})
+		}},
+	{spanHTTP,
+		func(t *Telemetry, ctx context.Context) context.Context {
+			return t.OnRequestStart(ctx, idemhttp.Event{ScopeHash: "0123456789abcdef", Key: "k"})
+		},
+		func(t *Telemetry, ctx context.Context) {
+			t.OnRequestEnd(ctx, idemhttp.Event{ScopeHash: "0123456789abcdef", Key: "k", Outcome: idem.Processed, Status: 201})
+		}},
+	{spanGuard,
+		func(t *Telemetry, ctx context.Context) context.Context {
+			return t.OnDoStart(ctx, idem.DoEvent{Scope: "s", Key: "k"})
+		},
+		func(t *Telemetry, ctx context.Context) {
+			t.OnDoEnd(ctx, idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.Processed})
+		}},
+}
+
+// Each start hook starts a real span: a child of the span in its context,
+// the parent of the spans the work starts with the context it returns, and
+// ended once, by the end hook, after the work's.
+func TestStartHooksNestSpans(t *testing.T) {
 	t.Parallel()
-	var calls []string
-	consumeHook := func(name string) consume.Hooks {
-		return consume.HooksFunc(func(context.Context, consume.Event) { calls = append(calls, name) })
+	for _, c := range components {
+		t.Run(c.span, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, nil)
+			tracer := r.tp.Tracer("app")
+			ctx, caller := tracer.Start(context.Background(), "caller")
+			ctx = c.start(r.tel, ctx)
+			if n := len(r.ended(c.span)); n != 0 {
+				t.Fatalf("%d spans ended by the start hook", n)
+			}
+			hookSpan := trace.SpanFromContext(ctx).SpanContext()
+			_, work := tracer.Start(ctx, "work")
+			work.End()
+			c.end(r.tel, ctx)
+			caller.End()
+
+			spans := r.ended(c.span)
+			if len(spans) != 1 {
+				t.Fatalf("%d %s spans", len(spans), c.span)
+			}
+			s := spans[0]
+			if s.SpanContext().SpanID() != hookSpan.SpanID() {
+				t.Fatal("the start hook's context does not hold its span")
+			}
+			childOf(t, "hook span", s, caller.SpanContext())
+			w := r.ended("work")[0]
+			childOf(t, "work span", w, s.SpanContext())
+			if w.EndTime().After(s.EndTime()) || w.StartTime().Before(s.StartTime()) {
+				t.Errorf("hook span [%v, %v] does not cover the work [%v, %v]", s.StartTime(), s.EndTime(), w.StartTime(), w.EndTime())
+			}
+			if str(s, attrOutcome) != "processed" {
+				t.Errorf("outcome %q", str(s, attrOutcome))
+			}
+		})
 	}
-	MultiConsumeHooks(consumeHook("a"), nil, consumeHook("b")).OnDelivery(context.Background(), consume.Event{})
-	MultiInboxHook(nil, func(inbox.Event) { calls = append(calls, "c") }, func(inbox.Event) { calls = append(calls, "d") })(inbox.Event{})
-	MultiHTTPHook(func(*http.Request, idemhttp.Event) { calls = append(calls, "e") }, nil)(nil, idemhttp.Event{})
-	MultiGuardHook(nil, func(context.Context, idem.DoEvent) { calls = append(calls, "f") })(context.Background(), idem.DoEvent{})
-	MultiConsumeHooks().OnDelivery(context.Background(), consume.Event{})
-	if want := []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(calls, want) {
-		t.Fatalf("calls %v, want %v", calls, want)
+}
+
+// Two Telemetry values in one component's hooks (a For each) thread the
+// context as the component does: each end hook ends its own span, though
+// the context it gets holds the other's.
+func TestEndFindsItsOwnSpan(t *testing.T) {
+	t.Parallel()
+	for _, c := range components {
+		t.Run(c.span, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, nil)
+			a, b := r.tel.For("a"), r.tel.For("b")
+			ctx := c.start(b, c.start(a, context.Background()))
+			c.end(a, ctx)
+			c.end(b, ctx)
+			spans := r.ended(c.span)
+			if len(spans) != 2 {
+				t.Fatalf("%d spans", len(spans))
+			}
+			// a ended first (its end hook ran first), and b's span is a's
+			// child, as b's start hook ran in a's context.
+			childOf(t, "second span", spans[1], spans[0].SpanContext())
+			if c.span == spanGuard && (str(spans[0], attrGuard) != "a" || str(spans[1], attrGuard) != "b") {
+				t.Errorf("guards %q, %q", str(spans[0], attrGuard), str(spans[1], attrGuard))
+			}
+		})
 	}
+}
+
+// An end hook whose start hook did not run (a component calling only end
+// hooks) still reports: a span of no length, a child of its context.
+func TestEndWithoutStart(t *testing.T) {
+	t.Parallel()
+	for _, c := range components {
+		t.Run(c.span, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, nil)
+			ctx, caller := r.tp.Tracer("app").Start(context.Background(), "caller")
+			c.end(r.tel, ctx)
+			caller.End()
+			spans := r.ended(c.span)
+			if len(spans) != 1 {
+				t.Fatalf("%d spans", len(spans))
+			}
+			childOf(t, "span", spans[0], caller.SpanContext())
+			if n := len(r.points(t)); n == 0 {
+				t.Error("no measurement")
+			}
+		})
+	}
+}
+
+// A nil context is taken for context.Background, as components never pass
+// one but a hand-written caller might.
+func TestNilContext(t *testing.T) {
+	t.Parallel()
+	var nilCtx context.Context
+	for _, c := range components {
+		r := newRig(t, nil)
+		c.end(r.tel, c.start(r.tel, nilCtx))
+		if n := len(r.ended(c.span)); n != 1 {
+			t.Errorf("%s: %d spans", c.span, n)
+		}
+	}
+}
+
+// panickyAck is a delivery whose Ack panics (a broker client's bug).
+type panickyAck struct{ *hooktest.Delivery }
+
+func (panickyAck) Ack(context.Context) error { panic("ack bug") }
+
+// With the real engine, the delivery's span is the parent of the
+// handler's; a panic ends it once, as an error, before the panic goes on.
+func TestConsumeSpanIsTheParentOfTheHandlers(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	tracer := r.tp.Tracer("app")
+	e := hooktest.NewEngine(t, []idem.Hook{r.tel}, "payments", func(ctx context.Context, _ idem.Run, d consume.Delivery) error {
+		_, span := tracer.Start(ctx, "handler "+d.ID())
+		span.End()
+		return nil
+	})
+	ctx, broker := tracer.Start(context.Background(), "broker process")
+	hooktest.Handle(t, ctx, e, hooktest.NewDelivery("m1", "a"), idem.Processed)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not go on")
+			}
+		}()
+		e.Handle(ctx, panickyAck{hooktest.NewDelivery("m2", "b")})
+	}()
+	broker.End()
+
+	spans := r.ended(spanConsume)
+	if len(spans) != 2 {
+		t.Fatalf("%d delivery spans, want 2", len(spans))
+	}
+	for i, id := range []string{"m1", "m2"} {
+		s := spans[i]
+		childOf(t, "delivery "+id, s, broker.SpanContext())
+		h := r.ended("handler " + id)
+		if len(h) != 1 {
+			t.Fatalf("%d handler spans for %s", len(h), id)
+		}
+		childOf(t, "handler "+id, h[0], s.SpanContext())
+	}
+	if s := spans[1]; str(s, attrOutcome) != "panicked" || s.Status().Code != codes.Error {
+		t.Errorf("panicked delivery: %v %v", attrsOf(s), s.Status())
+	}
+	hooktest.WantCounts(t, r.points(t), map[string]float64{
+		"idem.consumer.deliveries{idem.consumer=payments,idem.outcome=processed}": 1,
+		"idem.consumer.deliveries{idem.consumer=payments,idem.outcome=panicked}":  1,
+	})
 }
 
 func TestConcurrentHooks(t *testing.T) {
@@ -1119,9 +1419,7 @@ func TestConcurrentHooks(t *testing.T) {
 	r := newRig(t, &Options{MaxLabelValues: 8, HTTPRoute: true})
 	const goroutines, each = 48, 20
 	// Half of the 16 consumer names and routes are beyond the bound.
-	hooktest.ReportConcurrently(goroutines, each, hooktest.Hooks{
-		Consume: r.tel.ConsumeHooks(), Inbox: r.tel.InboxHook(), HTTP: r.tel.HTTPHook(), Guard: r.tel.GuardHook,
-	})
+	hooktest.ReportConcurrently(goroutines, each, func(name string) idem.Hook { return r.tel.For(name) })
 	var deliveries, runs, requests, guardCalls float64
 	consumers, routes := map[string]bool{}, map[string]bool{}
 	for k, v := range r.points(t) {

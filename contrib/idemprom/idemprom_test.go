@@ -203,7 +203,7 @@ func TestConsumeHooksWithRealEngine(t *testing.T) {
 		{"payments", map[string]int{"processed": 2, "duplicate": 1, "dead_lettered": 1}},
 		{"refunds", map[string]int{"retried": 2, "dead_lettered": 1}},
 	} {
-		for _, o := range []string{"abandoned", "dead_lettered", "duplicate", "processed", "requeued", "retried"} {
+		for _, o := range []string{"abandoned", "dead_lettered", "duplicate", "panicked", "processed", "requeued", "retried"} {
 			rows = append(rows, fmt.Sprintf(`idem_consumer_deliveries_total{consumer=%q,outcome=%q,service="billing"} %d`, c.consumer, o, c.counts[o]))
 		}
 	}

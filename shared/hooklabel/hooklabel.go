@@ -24,7 +24,7 @@ const Other = "other"
 // consumeOutcomes are the outcomes a consume.Engine reports, in the order
 // idem declares them.
 var consumeOutcomes = [...]idem.Outcome{
-	idem.Processed, idem.Duplicate, idem.Retried, idem.DeadLettered, idem.Requeued, idem.Abandoned,
+	idem.Processed, idem.Duplicate, idem.Panicked, idem.Retried, idem.DeadLettered, idem.Requeued, idem.Abandoned,
 }
 
 // ConsumeOutcomes returns the outcomes a consume.Engine reports, for

@@ -21,10 +21,10 @@ func wantLabels[T comparable](t *testing.T, name string, label func(T) string, w
 }
 
 // TestConsumeOutcomes: the consumer outcomes are idem's message-path
-// outcomes plus processed and duplicate, each its own label.
+// outcomes plus processed, duplicate and panicked, each its own label.
 func TestConsumeOutcomes(t *testing.T) {
 	t.Parallel()
-	want := []idem.Outcome{idem.Processed, idem.Duplicate, idem.Retried, idem.DeadLettered, idem.Requeued, idem.Abandoned}
+	want := []idem.Outcome{idem.Processed, idem.Duplicate, idem.Panicked, idem.Retried, idem.DeadLettered, idem.Requeued, idem.Abandoned}
 	got := ConsumeOutcomes()
 	if !slices.Equal(got, want) {
 		t.Fatalf("ConsumeOutcomes() = %v, want %v", got, want)
