@@ -142,7 +142,9 @@
 // (SQLSTATE 40001), deadlocks (40P01), lock timeouts, too many connections,
 // a server shutting down or a terminated backend (57P01…), and lost or
 // refused connections and timeouts. A commit that fails without an answer
-// from the server has an unknown outcome and is retryable too: retrying a
-// message that did commit is harmless, it is then a Duplicate.
+// from the server has an unknown outcome: its error wraps
+// idem.ErrCommitUnknown (consumers requeue rather than acknowledge or count
+// an attempt) and is retryable too: retrying a message that did commit is
+// harmless, it is then a Duplicate.
 // [IsRetryableError] is the classifier.
 package idempgx

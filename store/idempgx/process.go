@@ -29,9 +29,10 @@ import (
 //   - A key held by a live Guard lease: an error wrapping idem.ErrInProgress.
 //
 // A concurrent duplicate blocks on the row lock until the first transaction
-// ends, then sees its outcome. Infrastructure failures (including a commit
-// whose outcome is unknown) are marked with idem.Retryable; retrying is
-// always safe because a committed message is then a Duplicate.
+// ends, then sees its outcome. Infrastructure failures are marked with
+// idem.Retryable; a commit whose answer was lost also wraps
+// idem.ErrCommitUnknown. Retrying is always safe because a committed
+// message is then a Duplicate.
 func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx pgx.Tx) error) (idem.Outcome, error) {
 	if err := msg.Validate(); err != nil {
 		return "", err
@@ -306,8 +307,7 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 
 // inTx runs fn in a transaction from the pool and commits if fn asks to.
 // A commit that fails without a server answer may or may not have
-// committed; it is returned as retryable because redelivering a committed
-// message is harmless (it is then a Duplicate).
+// committed: see commitError.
 func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit bool, err error)) (err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -333,12 +333,23 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit 
 	}
 	committed = true
 	if err := tx.Commit(ctx); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			// The server answered: the transaction rolled back.
-			return s.wrap(op+": commit", err)
-		}
-		return fmt.Errorf("idempgx: %s: commit outcome unknown: %w", op, idem.Retryable(err))
+		return s.commitError(op, err)
 	}
 	return nil
+}
+
+// commitError classifies a failed COMMIT. The server answered (a
+// *pgconn.PgError): the transaction rolled back. Otherwise the answer was
+// lost (connection broken, context ended) and the transaction may have
+// committed, so the error wraps idem.ErrCommitUnknown. pgconn.SafeToRetry
+// cannot tell them apart here: a connection reset while the COMMIT's answer
+// is read comes back as "conn closed", which it calls safe. The error is
+// also retryable, because redelivering a committed message is harmless (it
+// is then a Duplicate).
+func (s *Store) commitError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return s.wrap(op+": commit", err)
+	}
+	return fmt.Errorf("idempgx: %s: %w: %w", op, idem.ErrCommitUnknown, idem.Retryable(err))
 }
