@@ -3,6 +3,7 @@ package idemkafka_test
 import (
 	"context"
 	"fmt"
+	"github.com/idem-go/idem"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -50,7 +51,7 @@ func TestAcceptanceTenThousandWithRebalances(t *testing.T) {
 	var counters consume.Counters
 	slow := func(rs []*kgo.Record) error { time.Sleep(time.Duration(len(rs)) * 100 * time.Microsecond); return nil }
 	newMember := func() func() {
-		return run(t, e.consumer(t, idemkafka.Config{Hooks: &counters, Process: e.process(slow), MaxPollRecords: 100}))
+		return run(t, e.consumer(t, idemkafka.Config{Config: consume.Config{Hooks: []idem.Hook{&counters}}, BatchProcess: e.process(slow), MaxPollRecords: 100}))
 	}
 	handled := func() int64 { s := counters.Snapshot(); return s.Processed + s.Duplicate }
 	stopA := newMember()

@@ -44,7 +44,8 @@ func BenchmarkPostgresEffects(b *testing.B) {
 		b.Fatal(err)
 	}
 	insert := "INSERT INTO " + effects + " (key, value) VALUES ($1, $2)"
-	batch := func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error) {
+	batch := func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
+		recs := records(ds)
 		return st.ProcessBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, fresh []int) error {
 			var pb pgx.Batch
 			for _, i := range fresh {
@@ -53,8 +54,9 @@ func BenchmarkPostgresEffects(b *testing.B) {
 			return tx.SendBatch(ctx, &pb).Close()
 		})
 	}
-	perRecord := func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error) {
-		out := make([]idem.ProcessResult, len(msgs))
+	perRecord := func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
+		recs := records(ds)
+		out := make([]idem.Outcome, len(msgs))
 		for i := range msgs {
 			r, err := st.Process(ctx, msgs[i], func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, insert, msgs[i].Key, recs[i].Value)
@@ -70,7 +72,7 @@ func BenchmarkPostgresEffects(b *testing.B) {
 	const n = 2000
 	for _, bc := range []struct {
 		name string
-		fn   idemkafka.ProcessBatchFunc
+		fn   consume.BatchProcessFunc
 	}{{"batch", batch}, {"per-record", perRecord}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var total time.Duration
@@ -91,8 +93,8 @@ func BenchmarkPostgresEffects(b *testing.B) {
 				}
 				prod.Close()
 				var counters consume.Counters
-				c, err := idemkafka.NewConsumer(ctx, &idemkafka.Config{Name: "bench", Topics: []string{topic}, Process: bc.fn,
-					ClientOpts: []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, TopicRetention: -1, Hooks: &counters, Logger: quiet, MaxPollRecords: 500})
+				c, err := idemkafka.NewConsumer(&idemkafka.Config{Config: consume.Config{Name: "bench", Hooks: []idem.Hook{&counters}, Logger: quiet}, Topics: []string{topic}, BatchProcess: bc.fn,
+					ClientOpts: []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, TopicRetention: -1, MaxPollRecords: 500})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -2,13 +2,9 @@ package idemkafka
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -33,35 +29,16 @@ const (
 	HeaderOffset    = "x-idem-offset"
 )
 
-// ProcessBatchFunc processes the records of one partition fetch
-// idempotently, in order: typically a closure over a SQL store's
-// ProcessBatch, which inserts every dedupe record in one round trip and
-// runs the effects of the fresh ones in the same transaction. msgs[i]
-// belongs to recs[i]. It returns one result per message (Processed,
-// Duplicate or Mismatched), or an error after which nothing it did may
-// have committed, classified by the retry package's rules.
-type ProcessBatchFunc func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error)
-
-// MissingID says how a record without an id header is keyed.
-type MissingID int
-
-const (
-	// OffsetKey keys it by topic-partition-offset. This is weaker than a
-	// producer id: it catches redeliveries (rebalances, restarts before
-	// the offset commit) but not a producer that wrote the same event
-	// twice, which lands at two offsets.
-	OffsetKey MissingID = iota
-	// ContentKey keys it by the SHA-256 of its value.
-	ContentKey
-	// DeadLetterMissingID dead-letters it.
-	DeadLetterMissingID
-)
-
-// Config configures a [Consumer].
+// Config configures a [Consumer]. The embedded consume.Config is the
+// engine's: Name (required: the dedupe scope and the consumer named in dead
+// letters), Retry (the in-process backoff of failed records; nil: full
+// jitter, base 1s, cap 1m, 5 attempts), Retention (default 24h; it must
+// cover the redelivery horizon, see [NewConsumer]), MissingID (for records
+// without an id header when NoOffsetKey is set), Fingerprint,
+// MaxErrorBytes, Hooks, Logger and Now, with the meanings and defaults
+// documented there.
 type Config struct {
-	// Name is the idem consumer name: the dedupe scope and the consumer
-	// named in dead letters. Required.
-	Name string
+	consume.Config
 	// Group is the Kafka consumer group. Default Name.
 	Group string
 	// Topics to consume. Required.
@@ -72,21 +49,26 @@ type Config struct {
 	// client produces dead letters; franz-go's producer is idempotent
 	// unless DisableIdempotentWrite is among these options.
 	ClientOpts []kgo.Opt
-	// Process handles one partition's fetch idempotently. Required.
-	Process ProcessBatchFunc
+	// BatchProcess handles one partition's fetch idempotently: typically
+	// a closure over a SQL store's ProcessBatch (consume.TransactionalBatch),
+	// which inserts every dedupe record in one round trip and runs the
+	// effects of the fresh ones in the same transaction. msgs[i] belongs to
+	// ds[i]; [RecordOf] returns a delivery's record. A record that fails is
+	// handled again alone, in a batch of one. Required.
+	BatchProcess consume.BatchProcessFunc
 	// IDHeader names the id header. Default DefaultIDHeader.
 	IDHeader string
-	// MissingID is the policy for records without an id header.
-	MissingID MissingID
+	// NoOffsetKey turns off keying a record without an id header by
+	// topic-partition-offset. That key is weaker than a producer id: it
+	// catches redeliveries (rebalances, restarts before the offset commit)
+	// but not a producer that wrote the same event twice, which lands at
+	// two offsets. With NoOffsetKey such a record follows MissingID:
+	// dead-lettered (consume.DeadLetterMissingID, the zero value) or keyed
+	// by the SHA-256 of its value (consume.ContentKey).
+	NoOffsetKey bool
 	// DeadLetterTopic receives records after max_attempts, a permanent
 	// error or an id conflict. Default: the record's topic + ".dlq".
 	DeadLetterTopic string
-	// Retry is the in-process backoff of failed records (nil: full jitter,
-	// base 1s, cap 1m, 5 attempts).
-	Retry *retry.Policy
-	// Retention is the dedupe window. Default 24h. It must cover the
-	// redelivery horizon (see [NewConsumer]).
-	Retention time.Duration
 	// TopicRetention is how long a record can be re-read. Zero: read each
 	// topic's retention.ms from the cluster at start; negative: leave it
 	// out of the check (for example when committed offsets are never
@@ -97,10 +79,6 @@ type Config struct {
 	// RevokeGrace is how long a revocation waits for an in-flight batch of
 	// a revoked partition to finish before abandoning it. Default 5s.
 	RevokeGrace time.Duration
-	// Hooks observe every handled record.
-	Hooks consume.Hooks
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
 }
 
 type topicPartition struct {
@@ -114,14 +92,13 @@ type inflight struct {
 	done   chan struct{}
 }
 
-// Consumer consumes Kafka topics in a consumer group, one Process batch
-// per partition fetch, and commits offsets only after the effects commit.
+// Consumer consumes Kafka topics in a consumer group, one BatchProcess
+// call per partition fetch, and commits offsets only after the effects
+// commit.
 type Consumer struct {
 	cfg    Config
-	cl     *kgo.Client
 	engine *consume.Engine
 	policy retry.Policy
-	hooks  consume.Hooks
 
 	mu       sync.Mutex
 	inflight map[topicPartition]*inflight
@@ -129,15 +106,16 @@ type Consumer struct {
 	pending  map[string]map[int32]kgo.EpochOffset
 }
 
-// NewConsumer checks cfg, creates the consumer's client and checks the
-// dedupe window: it refuses to start (an error wrapping
-// idem.ErrInvalidConfig that names both numbers) when the retention is
-// shorter than max_attempts × max_backoff or a topic's retention, because
-// a record re-read after its dedupe record expired would be processed
-// twice.
-func NewConsumer(ctx context.Context, cfg *Config) (*Consumer, error) {
-	if cfg == nil || cfg.Process == nil || len(cfg.Topics) == 0 {
-		return nil, fmt.Errorf("%w: idemkafka: NewConsumer needs a config with Topics and Process", idem.ErrInvalidConfig)
+// NewConsumer checks cfg and returns a Consumer; it does no I/O (the
+// client is created by [Consumer.Run]). It refuses (an error wrapping
+// idem.ErrInvalidConfig that names both numbers) a dedupe retention
+// shorter than max_attempts × max_backoff or than Config.TopicRetention,
+// because a record re-read after its dedupe record expired would be
+// processed twice. With TopicRetention zero, [Consumer.Ping] and Run read
+// each topic's retention.ms and check it the same way.
+func NewConsumer(cfg *Config) (*Consumer, error) {
+	if cfg == nil || cfg.BatchProcess == nil || len(cfg.Topics) == 0 {
+		return nil, fmt.Errorf("%w: idemkafka: NewConsumer needs a config with Topics and BatchProcess", idem.ErrInvalidConfig)
 	}
 	c := &Consumer{cfg: *cfg, inflight: map[topicPartition]*inflight{}, revoked: map[topicPartition]bool{}, pending: map[string]map[int32]kgo.EpochOffset{}}
 	if c.cfg.Group == "" {
@@ -152,24 +130,60 @@ func NewConsumer(ctx context.Context, cfg *Config) (*Consumer, error) {
 	if c.cfg.RevokeGrace <= 0 {
 		c.cfg.RevokeGrace = 5 * time.Second
 	}
-	if c.cfg.Logger == nil {
-		c.cfg.Logger = slog.Default()
-	}
-	if c.cfg.Retention == 0 {
-		c.cfg.Retention = idem.DefaultRetention
-	}
-	missing := consume.ContentKey
-	if c.cfg.MissingID == DeadLetterMissingID {
-		missing = consume.DeadLetterMissingID
-	}
-	engine, err := consume.New(c.processOne, &consume.Config{
-		Name: c.cfg.Name, Retry: c.cfg.Retry, Retention: c.cfg.Retention, MissingID: missing,
-		Hooks: c.cfg.Hooks, Logger: c.cfg.Logger,
-	})
+	engine, err := consume.New(c.one, &c.cfg.Config)
 	if err != nil {
 		return nil, err
 	}
-	c.engine, c.policy, c.hooks = engine, engine.Policy(), engine.Config().Hooks
+	c.cfg.Config = engine.Config() // the engine's defaults filled in
+	c.engine, c.policy = engine, engine.Policy()
+	var windows []consume.Window
+	if c.cfg.TopicRetention > 0 {
+		windows = append(windows, consume.Window{Name: "configured topic retention", D: c.cfg.TopicRetention})
+	}
+	if err := consume.CheckRetention(c.cfg.Retention, c.policy.MaxAttempts, c.policy.Cap, windows...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Engine returns the engine that handles the records (retries and dead
+// letters).
+func (c *Consumer) Engine() *consume.Engine { return c.engine }
+
+// Ping connects to the cluster with Config.ClientOpts (without joining the
+// group) and, when Config.TopicRetention is zero, reads every topic's
+// retention.ms and checks the dedupe window against it, as Run does before
+// it starts. The error says which broker, topic or window is wrong.
+func (c *Consumer) Ping(ctx context.Context) error {
+	cl, err := kgo.NewClient(c.cfg.ClientOpts...)
+	if err != nil {
+		return fmt.Errorf("idemkafka: client: %w", err)
+	}
+	defer cl.Close()
+	if err := cl.Ping(ctx); err != nil {
+		return fmt.Errorf("idemkafka: cannot reach the cluster: %w", err)
+	}
+	return c.checkRetention(ctx, cl)
+}
+
+// checkRetention reads the topics' retention (unless configured) and
+// checks the dedupe window against it.
+func (c *Consumer) checkRetention(ctx context.Context, cl *kgo.Client) error {
+	if c.cfg.TopicRetention != 0 {
+		return nil // checked by NewConsumer
+	}
+	windows, err := c.retentionWindows(ctx, cl)
+	if err != nil {
+		return err
+	}
+	return consume.CheckRetention(c.cfg.Retention, c.policy.MaxAttempts, c.policy.Cap, windows...)
+}
+
+// Run checks the topics' retention as [Consumer.Ping] does, joins the
+// group and consumes until ctx ends, then commits what committed, leaves
+// the group and closes its client; a Consumer runs once. It returns nil
+// when ctx ends, or the error of the check or of a fatal fetch.
+func (c *Consumer) Run(ctx context.Context) error {
 	opts := append([]kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, c.cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.cfg.Group),
@@ -179,42 +193,24 @@ func NewConsumer(ctx context.Context, cfg *Config) (*Consumer, error) {
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
 	)
+	if c.cfg.TopicRetention == 0 {
+		if err := c.Ping(ctx); err != nil {
+			return err
+		}
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("idemkafka: client: %w", err)
+		return fmt.Errorf("idemkafka: client: %w", err)
 	}
-	windows, err := c.retentionWindows(ctx, cl)
-	if err == nil {
-		err = consume.CheckRetention(c.cfg.Retention, c.policy.MaxAttempts, c.policy.Cap, windows...)
-	}
-	if err != nil {
-		cl.Close()
-		return nil, err
-	}
-	c.cl = cl
-	return c, nil
-}
-
-// Engine returns the engine that handles records one at a time (retries
-// and dead letters).
-func (c *Consumer) Engine() *consume.Engine { return c.engine }
-
-// Client returns the consumer's franz-go client.
-func (c *Consumer) Client() *kgo.Client { return c.cl }
-
-// Run consumes until ctx ends, then commits what committed, leaves the
-// group and closes the client; a Consumer runs once. It returns nil when
-// ctx ends, or a fatal fetch error.
-func (c *Consumer) Run(ctx context.Context) error {
-	defer c.cl.Close() // leaves the group
+	defer cl.Close() // leaves the group
 	for {
-		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		fetches := cl.PollRecords(ctx, c.cfg.MaxPollRecords)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			// Commit what committed before leaving, on a context of its
 			// own: ctx has ended.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			c.commit(cctx, c.takePending(nil))
+			c.commit(cctx, cl, c.takePending(nil))
 			return nil
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -222,18 +218,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 		})
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
-				c.partition(ctx, topicPartition{p.Topic, p.Partition}, p.Records)
+				c.partition(ctx, cl, topicPartition{p.Topic, p.Partition}, p.Records)
 			}
 		})
 		if ctx.Err() == nil {
-			c.commit(ctx, c.takePending(nil))
+			c.commit(ctx, cl, c.takePending(nil))
 		}
 	}
 }
 
 // partition processes one partition's records unless it was revoked, and
 // records the offset after the highest contiguous settled record.
-func (c *Consumer) partition(ctx context.Context, tp topicPartition, recs []*kgo.Record) {
+func (c *Consumer) partition(ctx context.Context, cl *kgo.Client, tp topicPartition, recs []*kgo.Record) {
 	c.mu.Lock()
 	if c.revoked[tp] {
 		c.mu.Unlock()
@@ -244,7 +240,7 @@ func (c *Consumer) partition(ctx context.Context, tp topicPartition, recs []*kgo
 	c.inflight[tp] = f
 	c.mu.Unlock()
 
-	n := c.process(pctx, recs)
+	n := c.process(pctx, cl, recs)
 
 	c.mu.Lock()
 	delete(c.inflight, tp)
@@ -260,131 +256,53 @@ func (c *Consumer) partition(ctx context.Context, tp topicPartition, recs []*kgo
 	cancel()
 }
 
-// process settles recs in order and returns how many, from the first,
-// were settled (processed, duplicate or dead-lettered) before ctx ended.
-func (c *Consumer) process(ctx context.Context, recs []*kgo.Record) int {
-	ds := make([]*delivery, len(recs))
+// process runs recs through the engine as one batch and returns how many,
+// from the first, were settled (processed, duplicate or dead-lettered)
+// before ctx ended. The records are in-process deliveries: when the batch
+// fails, the engine settles them one at a time, in order, retrying a
+// failing record here until it is dead-lettered.
+func (c *Consumer) process(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) int {
+	ds := make([]consume.Delivery, len(recs))
 	for i, r := range recs {
-		ds[i] = &delivery{c: c, r: r}
+		ds[i] = &delivery{c: c, cl: cl, r: r}
 	}
-	for failures := 0; ; failures++ {
-		err := c.batch(ctx, ds)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return 0
-		}
-		if !idem.IsRetryable(err) && !errors.Is(err, consume.ErrCommitUnknown) {
-			// A handler failure: find the failing record one at a time.
-			c.cfg.Logger.Info("idem: kafka batch failed; retrying its records one at a time", "consumer", c.cfg.Name, "err", err)
-			break
-		}
-		// An outage of the store: retry the batch, not counted.
-		if retry.Sleep(ctx, c.policy.DelayFor(failures, err)) != nil {
-			return 0
-		}
-	}
-	for i, d := range ds {
-		if d.done {
-			continue
-		}
-		if !c.one(ctx, d) {
+	outs, _ := c.engine.HandleBatch(ctx, ds, c.batch) // settle failures are retried in process
+	for i, out := range outs {
+		switch out {
+		case idem.Processed, idem.Duplicate, idem.DeadLettered:
+		default:
 			return i
 		}
 	}
-	return len(ds)
+	return len(outs)
 }
 
-// batch runs the user's batch over every delivery that can be keyed and
-// marks those the batch settled (processed or duplicate). Mismatched and
-// unkeyable records are left to the engine, which dead-letters them.
-func (c *Consumer) batch(ctx context.Context, ds []*delivery) error {
-	var msgs []idem.Message
-	var recs []*kgo.Record
-	var idx []int
-	fp := c.engine.Config().Fingerprint
-	for i, d := range ds {
-		key, reason := c.engine.Key(d)
-		if reason != "" {
-			continue
+// batch runs the user's BatchProcess, retrying it as a whole while the
+// store is out (idem.Retryable, idem.ErrCommitUnknown: not counted toward
+// max_attempts). Any other error goes back to the engine, which handles the
+// records one at a time.
+func (c *Consumer) batch(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
+	for failures := 0; ; failures++ {
+		res, err := c.cfg.BatchProcess(ctx, msgs, ds)
+		if err == nil || ctx.Err() != nil || (!idem.IsRetryable(err) && !errors.Is(err, idem.ErrCommitUnknown)) {
+			return res, err
 		}
-		msgs = append(msgs, idem.Message{Scope: c.cfg.Name, Key: key, Fingerprint: fp(d), Retention: c.cfg.Retention})
-		recs = append(recs, d.r)
-		idx = append(idx, i)
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	start := time.Now()
-	results, err := c.call(ctx, msgs, recs)
-	if err != nil {
-		return err
-	}
-	for j, res := range results {
-		d := ds[idx[j]]
-		out := consume.OutcomeProcessed
-		switch res {
-		case idem.Processed:
-		case idem.Duplicate:
-			out = consume.OutcomeDuplicate
-		default:
-			continue
+		if retry.Sleep(ctx, c.policy.DelayFor(failures, err)) != nil {
+			return nil, err
 		}
-		d.done = true
-		c.hooks.OnDelivery(ctx, consume.Event{Consumer: c.cfg.Name, ID: d.ID(), Key: msgs[j].Key, Attempt: 1, Outcome: out, Duration: time.Since(start)})
 	}
-	return nil
 }
 
-// call runs the user's batch function, turning a panic into an error and
-// checking that it returned one result per message.
-func (c *Consumer) call(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) (results []idem.ProcessResult, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.cfg.Logger.Error("idem: kafka batch handler panicked", "consumer", c.cfg.Name, "panic", p, "stack", string(debug.Stack()))
-			results, err = nil, fmt.Errorf("idemkafka: handler panicked: %v", p)
-		}
-	}()
-	results, err = c.cfg.Process(ctx, msgs, recs)
-	if err == nil && len(results) != len(msgs) {
-		return nil, fmt.Errorf("idemkafka: ProcessBatchFunc returned %d results for %d messages", len(results), len(msgs))
-	}
-	return results, err
-}
-
-// processOne is the engine's ProcessFunc: a batch of one.
-func (c *Consumer) processOne(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.ProcessResult, error) {
-	results, err := c.call(ctx, []idem.Message{msg}, []*kgo.Record{d.(*delivery).r})
+// one is the engine's ProcessFunc: a batch of one.
+func (c *Consumer) one(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
+	res, err := c.cfg.BatchProcess(ctx, []idem.Message{msg}, []consume.Delivery{d})
 	if err != nil {
 		return "", err
 	}
-	return results[0], nil
-}
-
-// one runs the engine on d until it is settled, sleeping between
-// attempts in process; false when ctx ended first.
-func (c *Consumer) one(ctx context.Context, d *delivery) bool {
-	for failures := 0; ; {
-		d.retryAfter = -1
-		out, err := c.engine.Handle(ctx, d)
-		switch {
-		case d.done:
-			return true
-		case ctx.Err() != nil || out == consume.OutcomeAbandoned:
-			return false
-		case err != nil:
-			// Producing the dead letter failed: try again later.
-			if retry.Sleep(ctx, c.policy.Delay(failures)) != nil {
-				return false
-			}
-			failures++
-		case d.retryAfter >= 0:
-			if retry.Sleep(ctx, d.retryAfter) != nil {
-				return false
-			}
-		}
+	if len(res) != 1 {
+		return "", fmt.Errorf("idemkafka: BatchProcess returned %d results for 1 messages", len(res))
 	}
+	return res[0], nil
 }
 
 // takePending removes and returns the pending offsets of the given
@@ -413,11 +331,11 @@ func (c *Consumer) takePending(only map[string][]int32) map[string]map[int32]kgo
 
 // commit commits offsets whose records' effects have committed. A failed
 // commit only means those records are read again and deduped.
-func (c *Consumer) commit(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) {
+func (c *Consumer) commit(ctx context.Context, cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) {
 	if len(offsets) == 0 {
 		return
 	}
-	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			c.cfg.Logger.Warn("idem: kafka offset commit failed; the records will be read again and deduped", "consumer", c.cfg.Name, "err", err)
 		}
@@ -437,9 +355,9 @@ func (c *Consumer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[str
 // onRevoked lets in-flight batches of the revoked partitions finish for
 // RevokeGrace, abandons them after that, and commits what committed, so
 // that the new owner starts after it and dedupes the rest.
-func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+func (c *Consumer) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	c.stop(revoked)
-	c.commit(ctx, c.takePending(revoked))
+	c.commit(ctx, cl, c.takePending(revoked))
 }
 
 // onLost abandons the lost partitions' batches; their offsets can no
@@ -478,15 +396,26 @@ func (c *Consumer) stop(parts map[string][]int32) {
 	}
 }
 
-// delivery adapts a *kgo.Record to consume.Delivery for the engine's
-// one-at-a-time path, retrying in process.
+// delivery adapts a *kgo.Record to consume.Delivery. It is an in-process
+// delivery: Kafka cannot redeliver one record, so the engine retries it
+// here and Retry only keeps the state for the next attempt.
 type delivery struct {
-	c          *Consumer
-	r          *kgo.Record
-	st         consume.State
-	done       bool
-	retryAfter time.Duration
+	c  *Consumer
+	cl *kgo.Client
+	r  *kgo.Record
+	st consume.State
 }
+
+// RecordOf returns the Kafka record of a delivery a [Consumer] handed to
+// BatchProcess (or to the engine's hooks), or nil for any other delivery.
+func RecordOf(d consume.Delivery) *kgo.Record {
+	if kd, ok := d.(*delivery); ok {
+		return kd.r
+	}
+	return nil
+}
+
+func (*delivery) InProcess() {}
 
 func (d *delivery) header(name string) (string, bool) {
 	for _, h := range d.r.Headers {
@@ -503,7 +432,7 @@ func (d *delivery) ID() string {
 	if id, ok := d.header(d.c.cfg.IDHeader); ok {
 		return id
 	}
-	if d.c.cfg.MissingID == OffsetKey {
+	if !d.c.cfg.NoOffsetKey {
 		return offsetKey(d.r.Topic, d.r.Partition, d.r.Offset)
 	}
 	return ""
@@ -514,27 +443,19 @@ func (d *delivery) ID() string {
 func offsetKey(topic string, partition int32, offset int64) string {
 	k := topic + "-" + strconv.FormatInt(int64(partition), 10) + "-" + strconv.FormatInt(offset, 10)
 	if len(k) > idem.MaxKeyLen {
-		sum := sha256.Sum256([]byte(k))
-		k = "tpo-" + hex.EncodeToString(sum[:])
+		k = "tpo-" + idem.ContentID([]byte(k))
 	}
 	return k
 }
 
-func (d *delivery) Body() []byte         { return d.r.Value }
-func (d *delivery) Origin() string       { return d.r.Topic }
-func (d *delivery) State() consume.State { return d.st }
-func (d *delivery) Ack(context.Context) error {
-	d.done = true
-	return nil
-}
+func (d *delivery) Body() []byte                  { return d.r.Value }
+func (d *delivery) Origin() string                { return d.r.Topic }
+func (d *delivery) State() consume.State          { return d.st }
+func (d *delivery) Ack(context.Context) error     { return nil }
+func (d *delivery) Requeue(context.Context) error { return nil }
 
-func (d *delivery) Retry(_ context.Context, after time.Duration, st consume.State) error {
-	d.st, d.retryAfter = st, after
-	return nil
-}
-
-func (d *delivery) Requeue(context.Context) error {
-	d.retryAfter = 0
+func (d *delivery) Retry(_ context.Context, _ time.Duration, st consume.State) error {
+	d.st = st
 	return nil
 }
 
@@ -558,9 +479,8 @@ func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error 
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		out.Headers = append(out.Headers, kgo.RecordHeader{Key: k, Value: []byte(extra[k])})
 	}
-	if err := d.c.cl.ProduceSync(ctx, out).FirstErr(); err != nil {
+	if err := d.cl.ProduceSync(ctx, out).FirstErr(); err != nil {
 		return idem.Retryable(fmt.Errorf("idemkafka: produce dead letter to %q: %w", topic, err))
 	}
-	d.done = true
 	return nil
 }

@@ -41,11 +41,11 @@ func TestRebalanceExactlyOnce(t *testing.T) {
 		time.Sleep(time.Duration(len(recs)) * 5 * time.Millisecond)
 		return nil
 	}
-	stopA := run(t, e.consumer(t, idemkafka.Config{Hooks: &ca, Process: e.process(slow), MaxPollRecords: 10}))
+	stopA := run(t, e.consumer(t, idemkafka.Config{Config: consume.Config{Hooks: []idem.Hook{&ca}}, BatchProcess: e.process(slow), MaxPollRecords: 10}))
 	handled := func(c *consume.Counters) int64 { s := c.Snapshot(); return s.Processed + s.Duplicate }
 	eventually(t, 10*time.Second, "consumer A to be mid-stream", func() bool { return handled(&ca) >= 100 })
 	// A second member joins mid-stream: partitions move.
-	run(t, e.consumer(t, idemkafka.Config{Hooks: &cb, Process: e.process(slow), MaxPollRecords: 10}))
+	run(t, e.consumer(t, idemkafka.Config{Config: consume.Config{Hooks: []idem.Hook{&cb}}, BatchProcess: e.process(slow), MaxPollRecords: 10}))
 	eventually(t, 20*time.Second, "consumer B to take partitions", func() bool { return handled(&cb) > 0 })
 	if handled(&ca)+handled(&cb) >= 2*n {
 		t.Fatal("the stream ended before the rebalance; slow the handler down")
@@ -97,7 +97,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	prod := e.client(t)
 	var poisonCalls atomic.Int64
 	var counters consume.Counters
-	c := e.consumer(t, idemkafka.Config{Hooks: &counters, Process: e.process(func(recs []*kgo.Record) error {
+	c := e.consumer(t, idemkafka.Config{Config: consume.Config{Hooks: []idem.Hook{&counters}}, BatchProcess: e.process(func(recs []*kgo.Record) error {
 		for _, r := range recs {
 			switch string(r.Value) {
 			case "poison":
@@ -126,7 +126,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	p := dl[0]
 	get := func(k string) (string, bool) { v := header(p, k); return v, v != "" }
 	meta := consume.ParseDeadLetter(get)
-	if string(p.Value) != "poison" || string(p.Key) != "k" || meta.Attempts != 3 || meta.Reason != consume.ReasonMaxAttempts ||
+	if string(p.Value) != "poison" || string(p.Key) != "k" || meta.Attempts != 3 || meta.Reason != idem.DeadMaxAttempts ||
 		meta.Consumer != "billing" || meta.Origin != e.topic || !strings.Contains(meta.LastError, "gateway timeout") || meta.FirstFailure.IsZero() {
 		t.Fatalf("dead letter %q %+v", p.Value, meta)
 	}
@@ -134,7 +134,7 @@ func TestDeadLetterTopic(t *testing.T) {
 		header(p, "trace") != "abc" || header(p, idemkafka.DefaultIDHeader) != "p-1" {
 		t.Fatalf("headers %v", p.Headers)
 	}
-	if string(dl[1].Value) != "undecodable" || header(dl[1], consume.HeaderReason) != consume.ReasonPermanent || header(dl[1], idemkafka.HeaderOffset) != "2" {
+	if string(dl[1].Value) != "undecodable" || header(dl[1], consume.HeaderReason) != string(idem.DeadPermanent) || header(dl[1], idemkafka.HeaderOffset) != "2" {
 		t.Fatalf("second dead letter %q %v", dl[1].Value, dl[1].Headers)
 	}
 	// One batch call, then max_attempts single calls.
@@ -163,7 +163,7 @@ func TestCommitsContiguousPrefixOnly(t *testing.T) {
 	}
 	stuck := make(chan struct{})
 	var seen atomic.Int64
-	a := e.consumer(t, idemkafka.Config{Process: e.process(func(recs []*kgo.Record) error {
+	a := e.consumer(t, idemkafka.Config{Config: consume.Config{Retry: &retry.Policy{Base: time.Hour, Cap: time.Hour, MaxAttempts: 5}}, BatchProcess: e.process(func(recs []*kgo.Record) error {
 		for _, r := range recs {
 			if string(r.Value) == "v3" {
 				// A transient failure that keeps the record unsettled.
@@ -177,7 +177,7 @@ func TestCommitsContiguousPrefixOnly(t *testing.T) {
 			}
 		}
 		return nil
-	}), Retry: &retry.Policy{Base: time.Hour, Cap: time.Hour, MaxAttempts: 5}})
+	})})
 	stopA := run(t, a)
 	<-stuck
 	eventually(t, 5*time.Second, "the prefix's effects", func() bool { return len(e.effects(t)) == 3 })
@@ -187,9 +187,9 @@ func TestCommitsContiguousPrefixOnly(t *testing.T) {
 	}
 	var firstOffset atomic.Int64
 	firstOffset.Store(-1)
-	b := e.consumer(t, idemkafka.Config{Process: func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error) {
-		firstOffset.CompareAndSwap(-1, recs[0].Offset)
-		return e.process(nil)(ctx, msgs, recs)
+	b := e.consumer(t, idemkafka.Config{BatchProcess: func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
+		firstOffset.CompareAndSwap(-1, idemkafka.RecordOf(ds[0]).Offset)
+		return e.process(nil)(ctx, msgs, ds)
 	}})
 	run(t, b)
 	eventually(t, 10*time.Second, "the rest", func() bool { return len(e.effects(t)) == 6 })
@@ -203,13 +203,13 @@ func TestMissingIDPolicies(t *testing.T) {
 	e := newEnv(t, 1)
 	prod := e.client(t)
 	e.produce(t, prod, &kgo.Record{Topic: e.topic, Value: []byte("same")}, &kgo.Record{Topic: e.topic, Value: []byte("same")})
-	content := e.consumer(t, idemkafka.Config{Name: "content", MissingID: idemkafka.ContentKey, Process: e.process(nil)})
+	content := e.consumer(t, idemkafka.Config{Config: consume.Config{Name: "content", MissingID: consume.ContentKey}, NoOffsetKey: true, BatchProcess: e.process(nil)})
 	run(t, content)
-	eventually(t, 5*time.Second, "content-keyed effect", func() bool { return e.effects(t)[idemkafka.ContentID([]byte("same"))] == 1 })
-	dlc := e.consumer(t, idemkafka.Config{Name: "strict", MissingID: idemkafka.DeadLetterMissingID, Process: e.process(nil), DeadLetterTopic: e.topic + ".dlq"})
+	eventually(t, 5*time.Second, "content-keyed effect", func() bool { return e.effects(t)[idem.ContentID([]byte("same"))] == 1 })
+	dlc := e.consumer(t, idemkafka.Config{Config: consume.Config{Name: "strict"}, NoOffsetKey: true, BatchProcess: e.process(nil), DeadLetterTopic: e.topic + ".dlq"})
 	run(t, dlc)
 	dl := e.readAll(t, e.topic+".dlq", 2)
-	if len(dl) != 2 || header(dl[0], consume.HeaderReason) != consume.ReasonMissingID {
+	if len(dl) != 2 || header(dl[0], consume.HeaderReason) != string(idem.DeadMissingID) {
 		t.Fatalf("dead letters %v", dl)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -225,9 +225,9 @@ func TestIDConflict(t *testing.T) {
 	e := newEnv(t, 1)
 	prod := e.client(t)
 	e.produce(t, prod, idemkafka.NewRecord(e.topic, []byte("a"), "x"), idemkafka.NewRecord(e.topic, []byte("b"), "x"))
-	run(t, e.consumer(t, idemkafka.Config{Process: e.process(nil)}))
+	run(t, e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil)}))
 	dl := e.readAll(t, e.topic+".dlq", 1)
-	if len(dl) != 1 || string(dl[0].Value) != "b" || header(dl[0], consume.HeaderReason) != consume.ReasonIDConflict {
+	if len(dl) != 1 || string(dl[0].Value) != "b" || header(dl[0], consume.HeaderReason) != string(idem.DeadMismatch) {
 		t.Fatalf("dead letters %v", dl)
 	}
 	if got := e.effects(t); got["x"] != 1 {
@@ -244,7 +244,7 @@ func TestInfrastructureErrorsAndPanics(t *testing.T) {
 	prod := e.client(t)
 	e.produce(t, prod, idemkafka.NewRecord(e.topic, []byte("a"), "a"), idemkafka.NewRecord(e.topic, []byte("boom"), "b"))
 	var outages atomic.Int64
-	c := e.consumer(t, idemkafka.Config{Process: e.process(func(recs []*kgo.Record) error {
+	c := e.consumer(t, idemkafka.Config{BatchProcess: e.process(func(recs []*kgo.Record) error {
 		if outages.Add(1) <= 5 {
 			return idem.Retryable(errors.New("connection refused"))
 		}
@@ -266,7 +266,7 @@ func TestInfrastructureErrorsAndPanics(t *testing.T) {
 
 	e2 := newEnv(t, 1)
 	e2.produce(t, e2.client(t), idemkafka.NewRecord(e2.topic, []byte("a"), "a"))
-	bad := e2.consumer(t, idemkafka.Config{Process: func(context.Context, []idem.Message, []*kgo.Record) ([]idem.ProcessResult, error) {
+	bad := e2.consumer(t, idemkafka.Config{BatchProcess: func(context.Context, []idem.Message, []consume.Delivery) ([]idem.Outcome, error) {
 		return nil, nil
 	}})
 	run(t, bad)
@@ -298,20 +298,20 @@ func TestRetentionCheck(t *testing.T) {
 	createTopic(t, e, "forever", "-1")
 	try := func(cfg idemkafka.Config) error {
 		cfg.Name = "billing"
-		cfg.Process = e.process(nil)
+		cfg.BatchProcess = e.process(nil)
 		cfg.Logger = quiet
 		cfg.ClientOpts = []kgo.Opt{kgo.SeedBrokers(e.seeds...)}
-		c, err := idemkafka.NewConsumer(context.Background(), &cfg)
-		if err == nil {
-			c.Client().Close()
+		c, err := idemkafka.NewConsumer(&cfg)
+		if err != nil {
+			return err
 		}
-		return err
+		return c.Ping(context.Background()) // reads the topics' retention
 	}
-	err := try(idemkafka.Config{Topics: []string{"hour"}, Retention: 30 * time.Minute})
+	err := try(idemkafka.Config{Config: consume.Config{Retention: 30 * time.Minute}, Topics: []string{"hour"}})
 	if !errors.Is(err, idem.ErrInvalidConfig) || !strings.Contains(err.Error(), "30m0s") || !strings.Contains(err.Error(), "1h0m0s") || !strings.Contains(err.Error(), `topic "hour" retention.ms`) {
 		t.Fatalf("read retention: %v", err)
 	}
-	if err := try(idemkafka.Config{Topics: []string{"hour"}, Retention: 2 * time.Hour}); err != nil {
+	if err := try(idemkafka.Config{Config: consume.Config{Retention: 2 * time.Hour}, Topics: []string{"hour"}}); err != nil {
 		t.Fatal(err)
 	}
 	err = try(idemkafka.Config{Topics: []string{"forever"}})
@@ -321,18 +321,18 @@ func TestRetentionCheck(t *testing.T) {
 	if err := try(idemkafka.Config{Topics: []string{"forever"}, TopicRetention: 12 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	err = try(idemkafka.Config{Topics: []string{"hour"}, TopicRetention: -1, Retention: time.Hour, Retry: &retry.Policy{MaxAttempts: 10, Cap: 10 * time.Minute}})
+	err = try(idemkafka.Config{Config: consume.Config{Retention: time.Hour, Retry: &retry.Policy{MaxAttempts: 10, Cap: 10 * time.Minute}}, Topics: []string{"hour"}, TopicRetention: -1})
 	if !errors.Is(err, idem.ErrInvalidConfig) || !strings.Contains(err.Error(), "1h40m0s") || !strings.Contains(err.Error(), "max_attempts 10") {
 		t.Fatalf("backoff horizon: %v", err)
 	}
-	if _, err := idemkafka.NewConsumer(context.Background(), nil); !errors.Is(err, idem.ErrInvalidConfig) {
+	if _, err := idemkafka.NewConsumer(nil); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
-	if err := try(idemkafka.Config{Topics: []string{"hour"}, Retention: 2 * time.Hour, ClientOpts: nil}); err != nil {
+	if err := try(idemkafka.Config{Config: consume.Config{Retention: 2 * time.Hour}, Topics: []string{"hour"}, ClientOpts: nil}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := idemkafka.Config{Topics: []string{"hour"}, Process: e.process(nil)}
-	if _, err := idemkafka.NewConsumer(context.Background(), &cfg); !errors.Is(err, idem.ErrInvalidConfig) {
+	cfg := idemkafka.Config{Topics: []string{"hour"}, BatchProcess: e.process(nil)}
+	if _, err := idemkafka.NewConsumer(&cfg); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Fatalf("no name: %v", err)
 	}
 }
@@ -340,10 +340,50 @@ func TestRetentionCheck(t *testing.T) {
 func TestNewRecord(t *testing.T) {
 	t.Parallel()
 	r := idemkafka.NewRecord("t", []byte("v"), "")
-	if header(r, idemkafka.DefaultIDHeader) != idemkafka.ContentID([]byte("v")) || r.Topic != "t" {
+	if header(r, idemkafka.DefaultIDHeader) != idem.ContentID([]byte("v")) || r.Topic != "t" {
 		t.Fatalf("%+v", r)
 	}
 	if header(idemkafka.NewRecord("t", []byte("v"), "id-1"), idemkafka.DefaultIDHeader) != "id-1" {
 		t.Fatal("caller's id not used")
+	}
+}
+
+// NewConsumer does no I/O: a dead address is found by Ping (and Run),
+// with an error that says so; a live cluster pings.
+func TestPing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	cfg := idemkafka.Config{Config: consume.Config{Name: "billing", Logger: quiet}, Topics: []string{e.topic},
+		BatchProcess: e.process(nil), ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.seeds...)}, TopicRetention: time.Hour}
+	c, err := idemkafka.NewConsumer(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientOpts = []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}
+	dead, err := idemkafka.NewConsumer(&cfg)
+	if err != nil {
+		t.Fatalf("NewConsumer dialled: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if err := dead.Ping(ctx); err == nil || !strings.Contains(err.Error(), "cannot reach the cluster") {
+		t.Fatalf("Ping of a dead address: %v", err)
+	}
+	cfg.TopicRetention = 0 // Run checks the retention first
+	dead, _ = idemkafka.NewConsumer(&cfg)
+	if err := dead.Run(ctx); err == nil || !strings.Contains(err.Error(), "cannot reach the cluster") {
+		t.Fatalf("Run against a dead address: %v", err)
+	}
+}
+
+// The content id is idem.ContentID: the hex SHA-256 of the value.
+func TestContentIDVector(t *testing.T) {
+	t.Parallel()
+	r := idemkafka.NewRecord("t", []byte("abc"), "")
+	if got := header(r, idemkafka.DefaultIDHeader); got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Fatalf("content id %s", got)
 	}
 }

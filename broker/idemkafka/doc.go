@@ -5,8 +5,10 @@
 // # Batches and offsets
 //
 // A [Consumer] polls its consumer group and hands each partition's fetch
-// to the user's [ProcessBatchFunc] as one batch: bound to a SQL store's
-// ProcessBatch (idemsqlite, idempgx), that is one dedupe round trip and
+// to the shared consume.Engine as one batch, which calls Config.BatchProcess
+// (a consume.BatchProcessFunc; [RecordOf] gives each delivery's record)
+// once: bound to a SQL store's ProcessBatch (idemsqlite, idempgx, through
+// consume.TransactionalBatch), that is one dedupe round trip and
 // one transaction for the effects of the fresh records; bound to the Redis
 // store's ProcessBatch (idemredis), for effects outside any database, one
 // round trip to claim the batch and one to complete it. Only after the
@@ -27,32 +29,37 @@
 // # Dedupe keys
 //
 // The key is the producer's id header (Config.IDHeader, default
-// [DefaultIDHeader]; [NewRecord] sets it to the caller's id or the SHA-256
-// of the value). Without it the key is topic-partition-offset
-// ([OffsetKey]): weaker, because it recognises redeliveries but not a
-// producer that wrote the same event twice at two offsets. Kafka's
+// [DefaultIDHeader]; [NewRecord] sets it to the caller's id or
+// idem.ContentID, the SHA-256 of the value). Without it the key is
+// topic-partition-offset: weaker, because it recognises redeliveries but
+// not a producer that wrote the same event twice at two offsets. With
+// Config.NoOffsetKey such a record follows Config.MissingID instead. Kafka's
 // idempotent producer (on by default in franz-go) removes the producer's
 // internal retries, not the application's own.
 //
 // # Failures
 //
-// When a batch fails with a handler error, its records are run one at a
-// time through the shared consume.Engine, in order, retried in process with
-// full-jitter backoff up to max_attempts; then each failing record is
+// Kafka cannot redeliver one record, so the records are in-process
+// deliveries (consume.InProcess): when a batch fails with a handler error,
+// the engine runs its records one at a time, in order, each in a batch of
+// one, and retries a failing record in process with full-jitter backoff up
+// to max_attempts, holding back the records after it; then it is
 // produced to the dead-letter topic (Config.DeadLetterTopic, default the
 // record's topic + ".dlq") with the consume.Header* failure headers and
 // [HeaderTopic], [HeaderPartition] and [HeaderOffset]. A retry.Permanent
 // error, an id reused with a different payload and a missing id (under
-// [DeadLetterMissingID]) go there at once. Store outages (idem.Retryable)
-// retry the whole batch without counting toward max_attempts.
+// NoOffsetKey and consume.DeadLetterMissingID) go there at once. Store
+// outages (idem.Retryable, idem.ErrCommitUnknown) retry the whole batch
+// without counting toward max_attempts.
 //
 // # The dedupe window
 //
-// [NewConsumer] reads each topic's retention.ms (or takes
-// Config.TopicRetention) and refuses to start when the dedupe retention is
-// shorter than it or than max_attempts × max_backoff: a group whose offsets
-// are reset re-reads everything still in the log. The error names both
-// numbers.
+// [NewConsumer] does no I/O; it refuses a dedupe retention shorter than
+// max_attempts × max_backoff or than Config.TopicRetention. Unless that is
+// set, [Consumer.Ping] and [Consumer.Run] read each topic's retention.ms
+// and refuse a dedupe retention shorter than it: a group whose offsets are
+// reset re-reads everything still in the log. The error names both
+// numbers. Ping also reports an unreachable cluster.
 //
 // # Throughput
 //

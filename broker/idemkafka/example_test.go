@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemkafka"
+	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/store/idemsqlite"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -41,22 +41,21 @@ func Example() {
 		producer.ProduceSync(ctx, idemkafka.NewRecord("orders", []byte(`{"order":42}`), "order-42"))
 	}
 
-	c, err := idemkafka.NewConsumer(ctx, &idemkafka.Config{
-		Name:           "billing",
+	c, err := idemkafka.NewConsumer(&idemkafka.Config{
+		Config:         consume.Config{Name: "billing", Logger: quiet},
 		Topics:         []string{"orders"},
 		ClientOpts:     []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)},
 		TopicRetention: 12 * time.Hour, // records are re-read at most this long
-		Logger:         quiet,
-		Process: func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error) {
-			return store.ProcessBatch(ctx, msgs, func(ctx context.Context, tx *sql.Tx, fresh []int) error {
-				for _, i := range fresh {
-					if _, err := tx.ExecContext(ctx, `INSERT INTO invoices VALUES (?, ?)`, msgs[i].Key, recs[i].Value); err != nil {
-						return err
-					}
+		// One transaction per fetch: the dedupe records of every record
+		// and the effects of those seen for the first time.
+		BatchProcess: consume.TransactionalBatch(store, func(ctx context.Context, tx *sql.Tx, fresh []consume.Delivery) error {
+			for _, d := range fresh {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO invoices VALUES (?, ?)`, d.ID(), idemkafka.RecordOf(d).Value); err != nil {
+					return err
 				}
-				return nil
-			})
-		},
+			}
+			return nil
+		}),
 	})
 	if err != nil {
 		log.Fatal(err)

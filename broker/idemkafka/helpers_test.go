@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemkafka"
+	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/retry"
 	"github.com/idem-go/idem/store/idemsqlite"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -81,8 +82,9 @@ func (e *env) produce(t *testing.T, cl *kgo.Client, recs ...*kgo.Record) {
 
 // process is a batch function over the SQLite store's ProcessBatch that
 // records one effect row per fresh record; fail may fail the batch.
-func (e *env) process(fail func(recs []*kgo.Record) error) idemkafka.ProcessBatchFunc {
-	return func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error) {
+func (e *env) process(fail func(recs []*kgo.Record) error) consume.BatchProcessFunc {
+	return func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
+		recs := records(ds)
 		if fail != nil {
 			if err := fail(recs); err != nil {
 				return nil, err
@@ -136,7 +138,7 @@ func (e *env) consumer(t *testing.T, cfg idemkafka.Config) *idemkafka.Consumer {
 		cfg.Logger = quiet
 	}
 	cfg.ClientOpts = append([]kgo.Opt{kgo.SeedBrokers(e.seeds...), kgo.FetchMaxWait(100 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond)}, cfg.ClientOpts...)
-	c, err := idemkafka.NewConsumer(context.Background(), &cfg)
+	c, err := idemkafka.NewConsumer(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,4 +211,13 @@ func (e *env) readAll(t *testing.T, topic string, want int) []*kgo.Record {
 		out = append(out, fs.Records()...)
 	}
 	return out
+}
+
+// records returns the deliveries' Kafka records.
+func records(ds []consume.Delivery) []*kgo.Record {
+	recs := make([]*kgo.Record, len(ds))
+	for i, d := range ds {
+		recs[i] = idemkafka.RecordOf(d)
+	}
+	return recs
 }

@@ -1,28 +1,19 @@
 package idemkafka
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-
+	"github.com/idem-go/idem"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ContentID returns the content-based message id: the lowercase hex
-// SHA-256 of value.
-func ContentID(value []byte) string {
-	sum := sha256.Sum256(value)
-	return hex.EncodeToString(sum[:])
-}
-
 // NewRecord returns a record for topic whose [DefaultIDHeader] is id, or
-// [ContentID](value) when id is empty. Produce it with a client whose
+// [idem.ContentID](value) when id is empty. Produce it with a client whose
 // idempotent producer is on (franz-go's default): the broker then drops a
 // producer's internal retries; the id header lets consumers drop the
 // application's own retries, which the idempotent producer cannot see.
 func NewRecord(topic string, value []byte, id string) *kgo.Record {
 	if id == "" {
-		id = ContentID(value)
+		id = idem.ContentID(value)
 	}
 	return &kgo.Record{Topic: topic, Value: value, Headers: []kgo.RecordHeader{{Key: DefaultIDHeader, Value: []byte(id)}}}
 }

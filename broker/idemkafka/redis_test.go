@@ -57,8 +57,8 @@ func TestRedisProcessBatch(t *testing.T) {
 		effects = map[string]int{}
 		hooks   consume.Counters
 	)
-	c := e.consumer(t, idemkafka.Config{Hooks: &hooks, MaxPollRecords: 25,
-		Process: func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.ProcessResult, error) {
+	c := e.consumer(t, idemkafka.Config{Config: consume.Config{Hooks: []idem.Hook{&hooks}}, MaxPollRecords: 25,
+		BatchProcess: func(ctx context.Context, msgs []idem.Message, _ []consume.Delivery) ([]idem.Outcome, error) {
 			return store.ProcessBatch(ctx, msgs, func(ctx context.Context, fresh []int) error {
 				mu.Lock()
 				defer mu.Unlock()
