@@ -1,21 +1,28 @@
 // Package idemotel exports idem's hooks as OpenTelemetry metrics and spans.
 //
 // It lives in its own module so that the idem core stays free of the
-// OpenTelemetry dependency. Create one [Telemetry] with [New], then plug
-// its hooks into the components you run:
+// OpenTelemetry dependency. Create one [Telemetry] with [New], then pass
+// it in the Hooks of every component you run, beside idemprom's Metrics or
+// your own hooks if you have them: it implements the start and end hooks
+// of each (idem.DoStartHook and DoEndHook, consume.DeliveryStartHook and
+// DeliveryEndHook, inbox.RunStartHook and RunEndHook,
+// idemhttp.RequestStartHook and RequestEndHook).
 //
 //	tel, err := idemotel.New(&idemotel.Options{MeterProvider: mp, TracerProvider: tp})
 //	…
-//	engine, err := consume.New(process, &consume.Config{Name: "payments", Hooks: tel.ConsumeHooks()})
-//	worker, err := inbox.NewWorker(backend, &inbox.Config{OnEvent: tel.InboxHook()})
-//	mw, err := idemhttp.New(store, &idemhttp.Config{OnRequest: tel.HTTPHook()})
-//	guard := idem.NewGuard(store, &idem.GuardConfig{OnDo: tel.GuardHook("payments-gateway")})
+//	engine, err := consume.New(process, &consume.Config{Name: "payments", Hooks: []idem.Hook{metrics, tel}})
+//	worker, err := inbox.NewWorker(backend, &inbox.Config{Hooks: []idem.Hook{metrics, tel}})
+//	mw, err := idemhttp.New(store, &idemhttp.Config{Hooks: []idem.Hook{metrics.For("api"), tel.For("api")}})
+//	guard := idem.NewGuard(store, &idem.GuardConfig{Hooks: []idem.Hook{metrics.For("payments-gateway"), tel.For("payments-gateway")}})
+//
+// [Telemetry.For] names the Guard calls (idem.guard); the middleware
+// passes its hooks to its Guard, so its executions are reported as
+// idem.guard=api there, and a Telemetry not made by For reports them as
+// idem.guard=default. Consumers carry their own Config.Name.
 //
 // Nil providers mean the otel globals, which forward to the providers you
 // set later with otel.SetMeterProvider and otel.SetTracerProvider, so New
-// may run first. Each component takes one hook; [MultiConsumeHooks],
-// [MultiInboxHook], [MultiHTTPHook] and [MultiGuardHook] combine
-// idemotel's with idemprom's or your own.
+// may run first.
 //
 // # Metrics
 //
@@ -34,22 +41,26 @@
 //	idem.guard.call.duration{idem.guard,idem.outcome}                      histogram s
 //
 // where route is http.route and http.request.method, with
-// [Options.HTTPRoute]. The consumer outcomes are processed, duplicate,
-// retried, dead_lettered, requeued and abandoned; dead-letter reasons are
-// consume's Reason constants; inbox outcomes are processed, retried, dead,
-// lease_lost and released; HTTP outcomes are idemhttp's Outcome values and
-// status classes are 1xx to 5xx; Guard outcomes are idem's DoOutcome
-// values (executed, replayed, failed, in_progress, mismatch, lease_lost,
-// panic, rejected, error). Anything else is reported as "other", so a new
-// outcome in idem never creates unexpected series. These are the
-// metrics of the idemprom package, under OpenTelemetry names.
+// [Options.HTTPRoute]. Outcomes are idem.Outcome values, one vocabulary
+// for every component: a consumer reports processed, duplicate, retried,
+// dead_lettered, requeued, abandoned or panicked; the inbox processed,
+// retried, dead_lettered, lease_lost, released, abandoned or panicked; the
+// HTTP middleware processed, duplicate, released, in_progress, mismatch,
+// discarded, rejected, error, panicked, tombstoned, canceled, not_recorded
+// or in_doubt, with status classes 1xx to 5xx; a Guard processed,
+// duplicate, released, in_progress, mismatch, lease_lost, not_recorded,
+// panicked, rejected or error. Dead-letter reasons are idem.DeadReason
+// values. Anything else is reported as "other", so a new outcome in idem
+// never creates unexpected series. These are the metrics of the idemprom
+// package, under OpenTelemetry names.
 //
 // Durations are in seconds, with the boundaries 5ms to 10s that the
 // semantic conventions recommend for request durations ([Options.Buckets]
-// or an SDK view change them). Runs that did not execute a handler
-// (released inbox rows, leases lost before the run) are counted but not
-// timed. Measurements are made in the context of the span the hook has
-// just made, so an SDK that samples exemplars links them to it.
+// or an SDK view change them); they record the duration the component
+// reports. Runs that did not execute a handler (released inbox rows,
+// leases lost before the run) are counted but not timed. Measurements are
+// made in the context of the span the end hook has just ended, so an SDK
+// that samples exemplars links them to it.
 //
 // A consumer's delivery counters are recorded at zero the first time the
 // consumer is seen, and at New for the names in [Options.Consumers], so
@@ -59,11 +70,16 @@
 //
 // # Spans
 //
-// The hooks are called after the work, so each makes its span after the
-// fact: it ends now and starts the reported duration earlier.
+// Each start hook starts a span, a child of the span in the component's
+// context, and returns a context holding it: the work runs with that
+// context, so the spans the handler (or the guarded function, or the
+// proxy's upstream call) starts are its children. The end hook ends it,
+// once, also when the work panics. The spans nest as the components do: an
+// idem.http span holds the idem.guard span of the middleware's Guard,
+// which holds the handler's spans.
 //
-//	idem.consume  kind consumer  child of the span in the hook's context (the broker adapter's)
-//	idem.inbox    kind consumer  a root: inbox events carry no context
+//	idem.consume  kind consumer  child of the span in Handle's context (the broker adapter's)
+//	idem.inbox    kind consumer  child of the span in the worker's context (Run, RunOnce)
 //	idem.http     kind internal  child of the span in r.Context() (otelhttp's server span)
 //	idem.guard    kind internal  child of the span in Do's context
 //
@@ -74,28 +90,35 @@
 //	              dead-lettered; idem.retry.delay (seconds) and
 //	              idem.retry.infrastructure when retried
 //	idem.inbox    idem.inbox.type, idem.inbox.source, idem.outcome, idem.attempt,
-//	              messaging.message.id, messaging.operation.type=process
+//	              messaging.message.id, messaging.operation.type=process;
+//	              idem.dead_letter.reason when dead-lettered
 //	idem.http     idem.outcome, http.response.status_code, http.route (when a
 //	              ServeMux pattern matched), idem.scope_hash
-//	idem.guard    idem.guard (the name given to GuardHook), idem.outcome,
+//	idem.guard    idem.guard (the name given to For), idem.outcome,
 //	              idem.scope_hash, idem.token, idem.takeover when set
+//
+// The attributes known when the work starts (names, ids, attempt, route,
+// scope hash) are set by the start hook, so that a sampler sees them; the
+// outcome and what follows from it by the end hook.
 //
 // The status is Error for outcomes that mean the work is not done or went
 // wrong:
 //
-//	consume  retried, dead_lettered, requeued (commit outcome unknown), and any
-//	         outcome but abandoned whose event carries an error (a failed ack)
-//	inbox    retried, dead, lease_lost, and any outcome with an error
-//	http     error, panic, and any 5xx status (a released 503 is an error, a
-//	         released 429 is not)
-//	guard    failed, lease_lost, panic, error, and an unknown outcome with an
-//	         error
+//	consume  retried, dead_lettered, requeued (commit outcome unknown), panicked,
+//	         and any outcome but abandoned whose event carries an error (a
+//	         failed ack)
+//	inbox    retried, dead_lettered, lease_lost, panicked, and any outcome but
+//	         released and abandoned with an error
+//	http     error, panicked, not_recorded, in_doubt, and any 5xx status (a
+//	         released 503 is an error, a released 429 is not)
+//	guard    released (fn failed), lease_lost, not_recorded, panicked, error,
+//	         and an unknown outcome with an error
 //
 // Everything else is Unset: processed, a duplicate, a replay, a client's
-// mistake (mismatch, in_flight, rejected), a client that went away
-// (canceled), a delivery abandoned or a row released because the process
-// is stopping, a Guard execution whose Final error was stored (the error
-// is the call's result). An error span carries error.type: the error's type as
+// mistake (mismatch, in_progress, rejected), a client that went away
+// (canceled), a delivery or row abandoned or a row released because the
+// process is stopping, a Guard execution whose Final error was stored (the
+// error is the call's result). An error span carries error.type: the error's type as
 // semconv.ErrorType gives it (the value of an ErrorType() string method in
 // the error's chain, else the Go type), else the 5xx status code, else
 // "_OTHER". Any reported error, failure or not, adds an exception event
@@ -131,12 +154,11 @@
 //
 // # Limitations
 //
-// A span made after the fact cannot be the parent of the spans the
-// handler itself creates: those are children of the hook's parent (the
-// broker's or the server span) and siblings of idemotel's span, which has
-// the same extent around them. Inbox spans are roots with nothing to
-// connect them to the producer's trace or to the handler's spans (the
-// worker's context holds no span); carry a trace context in the payload
-// if you need that link. An inbox row that is released or whose lease was
-// lost before it ran makes a span of no length.
+// An inbox run's span is a child of the worker's context, not of the
+// producer's trace: the row carries no trace context. Carry one in the
+// payload and link it from your handler if you need that connection. A
+// span's extent is the hook calls', which is the component's work: an
+// inbox row that is released or whose lease was lost before it ran makes
+// a span of almost no length. An end hook called without its start hook
+// (by a hand-written caller) makes a span of no length at that moment.
 package idemotel

@@ -42,8 +42,9 @@
 //
 // Outcomes are idem.Outcome values, one vocabulary for every component:
 // a consumer reports processed, duplicate, retried, dead_lettered,
-// requeued or abandoned; the inbox processed, retried, dead_lettered,
-// lease_lost or released; the HTTP middleware processed, duplicate,
+// requeued, abandoned or panicked; the inbox processed, retried,
+// dead_lettered, lease_lost, released, abandoned or panicked; the HTTP
+// middleware processed, duplicate,
 // released, in_progress, mismatch, discarded, rejected, error, panicked,
 // tombstoned, canceled, not_recorded or in_doubt, with status classes 1xx
 // to 5xx; a Guard processed, duplicate, released, in_progress, mismatch,
@@ -79,7 +80,7 @@
 //     summary: "{{ $labels.consumer }} dead-lettered messages"
 //
 // idem_consumer_dead_letters_total says why (max_attempts, permanent,
-// id_conflict, missing_id, invalid_id). increase() only sees a counter's
+// mismatch, missing_id, invalid_id). increase() only sees a counter's
 // first increment if the series existed before at zero. idemprom creates a
 // consumer's series at zero on its first delivery, which is too late when
 // that delivery is itself the dead letter; list your consumers in
