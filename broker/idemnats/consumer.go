@@ -57,28 +57,28 @@ type Config struct {
 // Consumer consumes one durable JetStream consumer through the shared
 // consume.Engine.
 type Consumer struct {
-	js      jetstream.JetStream
-	cons    jetstream.Consumer
-	cfg     Config
-	engine  *consume.Engine
-	ackWait time.Duration
-	states  *stateCache
+	js     jetstream.JetStream
+	cfg    Config
+	engine *consume.Engine
+	states *stateCache
 }
 
 // maxStates bounds the in-process retry-state cache.
 const maxStates = 10000
 
-// NewConsumer looks up the durable consumer and its stream, checks the
-// configuration and returns a Consumer; it does not start consuming.
+// NewConsumer checks cfg and returns a Consumer; it does no I/O.
+// [Consumer.Ping], and [Consumer.Run] before it starts, look up the
+// durable consumer, its stream and the dead-letter stream and check them.
 //
-// It refuses to start (an error wrapping idem.ErrInvalidConfig that names
-// both numbers) when the dedupe retention is shorter than the redelivery
-// horizon: the longest of max_attempts × max_backoff, the consumer's
+// Both refuse (an error wrapping idem.ErrInvalidConfig that names both
+// numbers) a dedupe retention shorter than the redelivery horizon: the
+// longest of max_attempts × max_backoff (checked here), the consumer's
 // AckWait × MaxDeliver (AckWait × max_attempts when MaxDeliver is
-// unlimited) and the stream's duplicate window. It also refuses a consumer
-// whose MaxDeliver would stop redeliveries before idem dead-letters, one
-// without explicit acks, and a dead-letter subject no stream captures.
-func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Consumer, error) {
+// unlimited) and the stream's duplicate window (checked by Ping and Run).
+// Ping and Run also refuse a consumer whose MaxDeliver would stop
+// redeliveries before idem dead-letters, one without explicit acks, and a
+// dead-letter subject no stream captures.
+func NewConsumer(js jetstream.JetStream, cfg *Config) (*Consumer, error) {
 	if js == nil || cfg == nil {
 		return nil, fmt.Errorf("%w: idemnats: NewConsumer needs a JetStream context and a config", idem.ErrInvalidConfig)
 	}
@@ -98,7 +98,25 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Con
 	}
 	c.cfg.Config = engine.Config() // the engine's defaults filled in
 	c.engine = engine
-	stream, err := js.Stream(ctx, c.cfg.Stream)
+	p := engine.Policy()
+	if err := consume.CheckRetention(c.cfg.Retention, p.MaxAttempts, p.Cap); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Ping looks up the durable consumer, its stream and the stream that
+// captures the dead-letter subject, and checks them against the
+// configuration (see [NewConsumer]), as Run does before it starts. The
+// error names what is missing or wrong.
+func (c *Consumer) Ping(ctx context.Context) error {
+	_, err := c.lookup(ctx)
+	return err
+}
+
+// lookup finds and checks the durable consumer (see [Consumer.Ping]).
+func (c *Consumer) lookup(ctx context.Context) (jetstream.Consumer, error) {
+	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
 		return nil, fmt.Errorf("idemnats: stream %q: %w", c.cfg.Stream, err)
 	}
@@ -106,20 +124,13 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config) (*Con
 	if err != nil {
 		return nil, fmt.Errorf("idemnats: consumer %q on stream %q: %w", c.cfg.Consumer, c.cfg.Stream, err)
 	}
-	c.cons = cons
-	ci := cons.CachedInfo()
-	si := stream.CachedInfo()
-	if err := c.check(ci.Config, si.Config); err != nil {
+	if err := c.check(cons.CachedInfo().Config, stream.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	c.ackWait = ci.Config.AckWait
-	if c.cfg.Heartbeat == 0 {
-		c.cfg.Heartbeat = c.ackWait / 3
-	}
-	if _, err := js.StreamNameBySubject(ctx, c.cfg.DeadLetterSubject); err != nil {
+	if _, err := c.js.StreamNameBySubject(ctx, c.cfg.DeadLetterSubject); err != nil {
 		return nil, fmt.Errorf("%w: idemnats: no stream captures the dead-letter subject %q: %w", idem.ErrInvalidConfig, c.cfg.DeadLetterSubject, err)
 	}
-	return c, nil
+	return cons, nil
 }
 
 // check applies the start-up rules of [NewConsumer] to the server's
@@ -148,11 +159,23 @@ func (c *Consumer) check(cc jetstream.ConsumerConfig, sc jetstream.StreamConfig)
 // Engine returns the consumer's engine.
 func (c *Consumer) Engine() *consume.Engine { return c.engine }
 
-// Run consumes until ctx ends and returns nil then, or the error that
-// stopped the message iterator. In-flight handlers see ctx end; whatever
-// they did not ack is redelivered by the server after AckWait and deduped.
+// Run checks the server's configuration as [Consumer.Ping] does, then
+// consumes until ctx ends and returns nil then, or the error of the check
+// or the one that stopped the message iterator. In-flight handlers see ctx
+// end; whatever they did not ack is redelivered by the server after
+// AckWait and deduped. A Consumer runs once.
 func (c *Consumer) Run(ctx context.Context) error {
-	it, err := c.cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Concurrency))
+	cons, err := c.lookup(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if c.cfg.Heartbeat == 0 {
+		c.cfg.Heartbeat = cons.CachedInfo().Config.AckWait / 3
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("idemnats: consume %q/%q: %w", c.cfg.Stream, c.cfg.Consumer, err)
 	}

@@ -31,7 +31,7 @@ func newConsumer(t *testing.T, e *env, durable string, cfg idemnats.Config) *ide
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
-	c, err := idemnats.NewConsumer(context.Background(), e.js, &cfg)
+	c, err := idemnats.NewConsumer(e.js, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestThirdExercise(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.ID != idemnats.ContentID(order) || r.Sequence != 1 {
+		if r.ID != idem.ContentID(order) || r.Sequence != 1 {
 			t.Fatalf("publish %d: %+v", i, r)
 		}
 		if r.Duplicate {
@@ -105,7 +105,7 @@ func TestThirdExercise(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the changed message's effect", func() bool { return len(e.effects(t)) == 2 })
 	got := e.effects(t)
-	if got[idemnats.ContentID(order)] != 1 || got[idemnats.ContentID(changed)] != 1 {
+	if got[idem.ContentID(order)] != 1 || got[idem.ContentID(changed)] != 1 {
 		t.Fatalf("effects %v", got)
 	}
 	if n := streamMsgs(t, e, e.stream); n != 3 {
@@ -319,8 +319,11 @@ func TestStartupChecks(t *testing.T) {
 	try := func(mod func(*idemnats.Config)) error {
 		cfg := base
 		mod(&cfg)
-		_, err := idemnats.NewConsumer(ctx, e.js, &cfg)
-		return err
+		c, err := idemnats.NewConsumer(e.js, &cfg)
+		if err != nil {
+			return err
+		}
+		return c.Ping(ctx)
 	}
 	cases := []struct {
 		name string
@@ -365,7 +368,7 @@ func TestStartupChecks(t *testing.T) {
 	if err := try(func(c *idemnats.Config) { c.Stream = "NOPE_" + suffix(); c.Consumer = "long" }); err == nil {
 		t.Fatal("missing stream accepted")
 	}
-	if _, err := idemnats.NewConsumer(ctx, nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+	if _, err := idemnats.NewConsumer(nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Fatal(err)
 	}
 	if err := try(func(c *idemnats.Config) { c.Consumer = "long" }); err != nil {
@@ -381,7 +384,41 @@ func TestPublisherErrors(t *testing.T) {
 		t.Fatal("nil message accepted")
 	}
 	r, err := pub.Publish(context.Background(), "nowhere."+suffix(), []byte("x"), "")
-	if err == nil || r.ID != idemnats.ContentID([]byte("x")) {
+	// The content id is idem.ContentID, the hex SHA-256: a known vector.
+	if err == nil || r.ID != "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881" {
 		t.Fatalf("publish to no stream: %+v %v", r, err)
+	}
+}
+
+// NewConsumer does no I/O; Ping (and Run) find a server that is gone, with
+// an error naming what they looked for.
+func TestPing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Minute)
+	e.consumer(t, "c", time.Minute, -1)
+	cfg := idemnats.Config{Config: consume.Config{Name: "orders", Retry: fast, Logger: quiet},
+		Stream: e.stream, Consumer: "c", DeadLetterSubject: e.dlq, Process: e.process(nil)}
+	c, err := idemnats.NewConsumer(e.js, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(natsURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	nc.Close()
+	gone, err := idemnats.NewConsumer(js, &cfg)
+	if err != nil {
+		t.Fatalf("NewConsumer talked to the server: %v", err)
+	}
+	if err := gone.Ping(t.Context()); err == nil || !strings.Contains(err.Error(), `stream "`+e.stream+`"`) {
+		t.Fatalf("Ping over a closed connection: %v", err)
+	}
+	if err := gone.Run(t.Context()); err == nil || !strings.Contains(err.Error(), `stream "`+e.stream+`"`) {
+		t.Fatalf("Run over a closed connection: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ func TestCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := &env{nc: nc, js: js, stream: stream, dlq: dlq, store: st}
-	c, err := idemnats.NewConsumer(ctx, js, &idemnats.Config{Config: consume.Config{Name: "crash", Retry: fast, Logger: quiet},
+	c, err := idemnats.NewConsumer(js, &idemnats.Config{Config: consume.Config{Name: "crash", Retry: fast, Logger: quiet},
 		Stream: stream, Consumer: "c", DeadLetterSubject: dlq, Process: e.process(nil), Concurrency: 8})
 	if err != nil {
 		t.Fatal(err)

@@ -32,8 +32,9 @@
 //
 // # The dedupe window
 //
-// [NewConsumer] reads the consumer's AckWait and MaxDeliver and the
-// stream's duplicate window, and refuses to start when the dedupe
+// [NewConsumer] does no I/O. [Consumer.Ping], and [Consumer.Run] before
+// it starts, read the consumer's AckWait and MaxDeliver and the stream's
+// duplicate window, and refuse to start when the dedupe
 // retention is shorter than the longest of max_attempts × max_backoff,
 // AckWait × MaxDeliver and the duplicate window; the error names both
 // numbers. It also refuses a MaxDeliver lower than max_attempts (the
@@ -42,7 +43,7 @@
 //
 // # Publishing
 //
-// [Publisher] sets Nats-Msg-Id to the caller's id or to [ContentID], the
+// [Publisher] sets Nats-Msg-Id to the caller's id or to idem.ContentID, the
 // SHA-256 of the content, and reports when the stream dropped the publish
 // as a duplicate inside its window. Broker-level dedupe reduces
 // duplicates; it does not replace the idempotent consumer: after the

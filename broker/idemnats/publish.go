@@ -2,23 +2,14 @@ package idemnats
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"github.com/idem-go/idem"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// ContentID returns the content-based message id: the lowercase hex
-// SHA-256 of data. Two publishes of the same bytes get the same id, so the
-// stream's duplicate window and idem's dedupe both treat them as one
-// message; a change to any field makes a new message.
-func ContentID(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
 
 // Publisher publishes to JetStream with a Nats-Msg-Id on every message, so
 // that the stream drops a producer's retry inside its duplicate window.
@@ -43,7 +34,10 @@ type PublishResult struct {
 }
 
 // Publish publishes data to subject with id as its Nats-Msg-Id, or
-// [ContentID](data) when id is empty, and waits for the stream's ack.
+// idem.ContentID(data) when id is empty, and waits for the stream's ack.
+// Two publishes of the same bytes then get the same id, so the stream's
+// duplicate window and idem's dedupe both treat them as one message; a
+// change to any byte makes a new message.
 func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, id string) (PublishResult, error) {
 	m := nats.NewMsg(subject)
 	m.Data = data
@@ -57,7 +51,7 @@ func (p *Publisher) PublishMsg(ctx context.Context, m *nats.Msg, id string) (Pub
 		return PublishResult{}, errors.New("idemnats: nil message")
 	}
 	if id == "" {
-		id = ContentID(m.Data)
+		id = idem.ContentID(m.Data)
 	}
 	if m.Header == nil {
 		m.Header = nats.Header{}
