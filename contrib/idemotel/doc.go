@@ -35,6 +35,7 @@
 //	idem.consumer.infrastructure_retries{idem.consumer}                    counter   {delivery}
 //	idem.inbox.runs{idem.inbox.type,idem.outcome}                          counter   {run}
 //	idem.inbox.run.duration{idem.inbox.type,idem.outcome}                  histogram s
+//	idem.inbox.dead_letters{idem.inbox.type,idem.dead_letter.reason}       counter   {run}
 //	idem.http.requests{idem.outcome,idem.http.status_class[,route]}        counter   {request}
 //	idem.http.request.duration{idem.outcome[,route]}                       histogram s
 //	idem.guard.calls{idem.guard,idem.outcome}                              counter   {call}

@@ -133,6 +133,7 @@ type Telemetry struct {
 	infraRetries  metric.Int64Counter
 	inboxRuns     metric.Int64Counter
 	inboxDuration metric.Float64Histogram
+	inboxDead     metric.Int64Counter
 	httpRequests  metric.Int64Counter
 	httpDuration  metric.Float64Histogram
 	guardCalls    metric.Int64Counter
@@ -206,6 +207,8 @@ func New(opts *Options) (*Telemetry, error) {
 			"Inbox rows run by an inbox.Worker, by event type and outcome."),
 		inboxDuration: histogram("idem.inbox.run.duration",
 			"Time an inbox.Worker spent on one row, by event type and outcome."),
+		inboxDead: counter("idem.inbox.dead_letters", "{run}",
+			"Inbox rows moved to the dead letters, by event type and reason. Normally zero."),
 		httpRequests: counter("idem.http.requests", "{request}",
 			"Requests handled by the idemhttp middleware, by outcome and status class."),
 		httpDuration: histogram("idem.http.request.duration",
@@ -469,8 +472,9 @@ func (t *Telemetry) OnRunStart(ctx context.Context, ev inbox.Event) context.Cont
 
 // OnRunEnd implements inbox.RunEndHook: it ends the run's span with its
 // outcome (and dead-letter reason) and records the run by event type and
-// outcome. Runs that did not execute a handler (released rows, leases lost
-// before the run) are counted but not timed.
+// outcome, and a dead letter by event type and reason. Runs that did not
+// execute a handler (released rows, leases lost before the run) are
+// counted but not timed.
 func (t *Telemetry) OnRunEnd(ctx context.Context, ev inbox.Event) {
 	outcome := hooklabel.Outcome(ev.Outcome)
 	attrs := append(t.inboxAttrs(ev.Message), attrOutcome.String(outcome))
@@ -486,6 +490,9 @@ func (t *Telemetry) OnRunEnd(ctx context.Context, ev inbox.Event) {
 	t.inboxRuns.Add(sctx, 1, set)
 	if ev.Duration > 0 {
 		t.inboxDuration.Record(sctx, ev.Duration.Seconds(), set)
+	}
+	if ev.Outcome == idem.DeadLettered {
+		t.inboxDead.Add(sctx, 1, metric.WithAttributes(attrInboxType.String(typ), attrReason.String(hooklabel.DeadReason(ev.DeadReason))))
 	}
 }
 

@@ -637,13 +637,16 @@ func TestInboxHookWithRealWorker(t *testing.T) {
 		return "idem.inbox.runs{idem.inbox.type=" + typ + ",idem.outcome=" + outcome + "}"
 	}
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
-		run("order.created", "processed"):                                                   1,
-		run("order.created", "lease_lost"):                                                  1,
-		run("order.failing", "retried"):                                                     1,
-		run("order.failing", "dead_lettered"):                                               1,
-		run("order.permanent", "dead_lettered"):                                             1,
-		run("order.unknown", "dead_lettered"):                                               1,
-		"idem.inbox.run.duration{idem.inbox.type=order.failing,idem.outcome=dead_lettered}": 1,
+		run("order.created", "processed"):       1,
+		run("order.created", "lease_lost"):      1,
+		run("order.failing", "retried"):         1,
+		run("order.failing", "dead_lettered"):   1,
+		run("order.permanent", "dead_lettered"): 1,
+		run("order.unknown", "dead_lettered"):   1,
+		"idem.inbox.dead_letters{idem.dead_letter.reason=max_attempts,idem.inbox.type=order.failing}": 1,
+		"idem.inbox.dead_letters{idem.dead_letter.reason=permanent,idem.inbox.type=order.permanent}":  1,
+		"idem.inbox.dead_letters{idem.dead_letter.reason=no_handler,idem.inbox.type=order.unknown}":   1,
+		"idem.inbox.run.duration{idem.inbox.type=order.failing,idem.outcome=dead_lettered}":           1,
 	})
 	r.noLeaks(t, "secret", "msg-")
 
@@ -699,6 +702,7 @@ func TestInboxHook(t *testing.T) {
 		run("order.paid", "dead_lettered"): 1, run("order.paid", "released"): 1, run("order.paid", "other"): 1,
 		run("order.shipped", "lease_lost"): 1, run("other", "processed"): 2,
 		dur("order.created", "processed"): 2, dur("order.paid", "dead_lettered"): 1,
+		"idem.inbox.dead_letters{idem.dead_letter.reason=max_attempts,idem.inbox.type=order.paid}": 1,
 	})
 	for _, k := range []string{dur("order.paid", "released"), dur("order.shipped", "lease_lost")} {
 		if _, ok := got[k]; ok {

@@ -30,6 +30,7 @@
 //	idem_consumer_infrastructure_retries_total{consumer}       counter
 //	idem_inbox_runs_total{type,outcome}                        counter
 //	idem_inbox_run_seconds{type,outcome}                       histogram
+//	idem_inbox_dead_letters_total{type,reason}                 counter
 //	idem_http_requests_total{outcome,status_class[,route]}     counter
 //	idem_http_request_duration_seconds{outcome[,route]}        histogram
 //	idem_guard_calls_total{guard,outcome}                      counter
@@ -86,6 +87,10 @@
 // that delivery is itself the dead letter; list your consumers in
 // [Options.Consumers] to create them at New, so that a dead letter right
 // after a restart is not missed.
+//
+// The inbox counts its dead letters the same way, by event type and
+// reason (max_attempts, permanent, no_handler) in
+// idem_inbox_dead_letters_total; "idem inbox dead" lists them.
 //
 // A growing rate of outcome="retried" with idem_consumer_infrastructure_retries_total
 // flat points at the handler; with it rising, at the store or the broker.

@@ -69,6 +69,7 @@ type Metrics struct {
 	infraRetries *prometheus.CounterVec
 	inboxRuns    *prometheus.CounterVec
 	inboxSeconds *prometheus.HistogramVec
+	inboxDead    *prometheus.CounterVec
 	httpRequests *prometheus.CounterVec
 	httpSeconds  *prometheus.HistogramVec
 	guardCalls   *prometheus.CounterVec
@@ -138,6 +139,8 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"Inbox rows run by an inbox.Worker, by event type and outcome.", "type", "outcome"),
 		inboxSeconds: histogram("inbox", "run_seconds",
 			"Time an inbox.Worker spent on one row, by event type and outcome.", "type", "outcome"),
+		inboxDead: counter("inbox", "dead_letters_total",
+			"Inbox rows moved to the dead letters, by event type and reason. Normally zero.", "type", "reason"),
 		httpRequests: counter("http", "requests_total",
 			"Requests handled by the idemhttp middleware, by outcome and status class.", httpLabels...),
 		httpSeconds: histogram("http", "request_duration_seconds",
@@ -155,7 +158,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	}
 	collectors := []prometheus.Collector{
 		m.deliveries, m.handle, m.deadLetters, m.infraRetries,
-		m.inboxRuns, m.inboxSeconds, m.httpRequests, m.httpSeconds,
+		m.inboxRuns, m.inboxSeconds, m.inboxDead, m.httpRequests, m.httpSeconds,
 		m.guardCalls, m.guardSeconds, m.heartbeat,
 	}
 	for i, c := range collectors {
@@ -243,17 +246,20 @@ func (m *Metrics) OnDeliveryEnd(_ context.Context, ev consume.Event) {
 	}
 }
 
-// OnRunEnd implements inbox.RunEndHook: one run by event type and outcome.
-// The event type is a label, bounded by [Options.MaxLabelValues]; the
-// source, message id and ordering key never are. Runs that did not
-// execute a handler (released rows, leases lost before the run) are
-// counted but not timed.
+// OnRunEnd implements inbox.RunEndHook: one run by event type and outcome,
+// and its dead-letter reason. The event type is a label, bounded by
+// [Options.MaxLabelValues]; the source, message id and ordering key never
+// are. Runs that did not execute a handler (released rows, leases lost
+// before the run) are counted but not timed.
 func (m *Metrics) OnRunEnd(_ context.Context, ev inbox.Event) {
 	typ, _ := m.types.Label(ev.Message.Type)
 	outcome := hooklabel.Outcome(ev.Outcome)
 	m.inboxRuns.WithLabelValues(typ, outcome).Inc()
 	if ev.Duration > 0 {
 		m.inboxSeconds.WithLabelValues(typ, outcome).Observe(ev.Duration.Seconds())
+	}
+	if ev.Outcome == idem.DeadLettered {
+		m.inboxDead.WithLabelValues(typ, hooklabel.DeadReason(ev.DeadReason)).Inc()
 	}
 }
 

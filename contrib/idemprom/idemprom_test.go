@@ -19,6 +19,7 @@ import (
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
+	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/shared/hooktest"
 )
 
@@ -287,14 +288,15 @@ func TestInboxHook(t *testing.T) {
 	}
 	got := series(t, reg)
 	hooktest.WantCounts(t, got, map[string]float64{
-		"idem_inbox_runs_total{outcome=retried,type=order.created}":     1,
-		"idem_inbox_runs_total{outcome=dead_lettered,type=order.paid}":  1,
-		"idem_inbox_runs_total{outcome=released,type=order.paid}":       1,
-		"idem_inbox_runs_total{outcome=other,type=order.paid}":          1,
-		"idem_inbox_runs_total{outcome=lease_lost,type=order.shipped}":  1,
-		"idem_inbox_runs_total{outcome=processed,type=other}":           2,
-		"idem_inbox_run_seconds{outcome=processed,type=order.created}":  2,
-		"idem_inbox_run_seconds{outcome=dead_lettered,type=order.paid}": 1,
+		"idem_inbox_runs_total{outcome=retried,type=order.created}":          1,
+		"idem_inbox_runs_total{outcome=dead_lettered,type=order.paid}":       1,
+		"idem_inbox_runs_total{outcome=released,type=order.paid}":            1,
+		"idem_inbox_runs_total{outcome=other,type=order.paid}":               1,
+		"idem_inbox_runs_total{outcome=lease_lost,type=order.shipped}":       1,
+		"idem_inbox_runs_total{outcome=processed,type=other}":                2,
+		"idem_inbox_run_seconds{outcome=processed,type=order.created}":       2,
+		"idem_inbox_run_seconds{outcome=dead_lettered,type=order.paid}":      1,
+		"idem_inbox_dead_letters_total{reason=max_attempts,type=order.paid}": 1,
 	})
 	for _, k := range []string{
 		"idem_inbox_run_seconds{outcome=released,type=order.paid}",
@@ -305,6 +307,35 @@ func TestInboxHook(t *testing.T) {
 		}
 	}
 	noLeaks(t, reg, "secret")
+}
+
+// The real worker reports each dead letter's reason.
+func TestInboxHookWithRealWorker(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, nil)
+	w := hooktest.NewWorker(t, []idem.Hook{m})
+	if n, err := w.RunOnce(context.Background()); err != nil || n != 6 {
+		t.Fatalf("RunOnce: %d, %v", n, err)
+	}
+	hooktest.WantCounts(t, series(t, reg), map[string]float64{
+		"idem_inbox_runs_total{outcome=processed,type=order.created}":           1,
+		"idem_inbox_runs_total{outcome=lease_lost,type=order.created}":          1,
+		"idem_inbox_runs_total{outcome=retried,type=order.failing}":             1,
+		"idem_inbox_dead_letters_total{reason=max_attempts,type=order.failing}": 1,
+		"idem_inbox_dead_letters_total{reason=permanent,type=order.permanent}":  1,
+		"idem_inbox_dead_letters_total{reason=no_handler,type=order.unknown}":   1,
+		"idem_inbox_runs_total{outcome=dead_lettered,type=order.unknown}":       1,
+	})
+	noLeaks(t, reg, "secret", "msg-")
+}
+
+func TestInboxUnknownReasonIsOther(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, nil)
+	m.OnRunEnd(context.Background(), inbox.Event{Message: inbox.Message{Type: "t"}, Outcome: idem.DeadLettered, DeadReason: "something new"})
+	hooktest.WantCounts(t, series(t, reg), map[string]float64{
+		"idem_inbox_dead_letters_total{reason=other,type=t}": 1,
+	})
 }
 
 func TestHTTPHookWithRealMiddleware(t *testing.T) {
