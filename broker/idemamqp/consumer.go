@@ -115,6 +115,38 @@ func NewConsumer(dial DialFunc, cfg *Config) (*Consumer, error) {
 // Engine returns the consumer's engine.
 func (c *Consumer) Engine() *consume.Engine { return c.engine }
 
+// Ping dials the broker, opens a channel and, unless Config.Declare is set
+// (Run then declares the topology), checks that the work queue, the retry
+// queue and the dead-letter exchange exist; a message published to a
+// missing retry queue would be dropped silently. The error names the
+// broker step or the queue that failed.
+func (c *Consumer) Ping(ctx context.Context) error {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return fmt.Errorf("idemamqp: dial: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("idemamqp: open channel: %w", err)
+	}
+	defer ch.Close()
+	if c.cfg.Declare {
+		return nil
+	}
+	t := c.cfg.Topology
+	// A failed passive declare closes the channel: the first one ends it.
+	for _, q := range []string{t.Queue, t.RetryQueue} {
+		if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("idemamqp: queue %q: %w", q, err)
+		}
+	}
+	if err := ch.ExchangeDeclarePassive(t.DeadLetterExchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("idemamqp: dead-letter exchange %q: %w", t.DeadLetterExchange, err)
+	}
+	return nil
+}
+
 // Run consumes until ctx ends, reconnecting with backoff whenever the
 // connection or channel is lost. It returns nil when ctx ends, or the error
 // of a session that failed for a reason a reconnect cannot fix (a topology

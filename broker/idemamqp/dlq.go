@@ -2,8 +2,6 @@ package idemamqp
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -231,12 +229,11 @@ func firstRoutingKey(m DeadMessage) string {
 
 // Publish publishes p persistently on ch, which must be in confirm mode,
 // and waits for the broker's confirmation. The message id is p.MessageId,
-// or the SHA-256 of the body when it is empty, so that a retried publish
+// or idem.ContentID (the SHA-256 of the body) when it is empty, so that a retried publish
 // of the same content is deduplicated by the consumer.
 func Publish(ctx context.Context, ch *amqp.Channel, exchange, key string, p amqp.Publishing) error {
 	if p.MessageId == "" {
-		sum := sha256.Sum256(p.Body)
-		p.MessageId = hex.EncodeToString(sum[:])
+		p.MessageId = idem.ContentID(p.Body)
 	}
 	p.DeliveryMode = amqp.Persistent
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, p)

@@ -17,8 +17,9 @@
 //
 // A [Consumer] runs the engine over manual acks with a bounded prefetch and
 // a fixed number of handler goroutines. Each delivery goes through the
-// user's idempotent [consume.ProcessFunc] (a SQL store's Process, or
-// consume.GuardProcess) and is acked only after the commit; a duplicate is
+// user's idempotent [consume.ProcessFunc] (a SQL store's Process through
+// consume.Transactional, or consume.GuardProcess) and is acked only after
+// the commit; a duplicate is
 // acked and counted. A failed delivery is republished to the retry queue
 // with its attempt count in the x-idem-attempts header and the original
 // acked once the broker confirms the copy; after MaxAttempts it is
@@ -26,6 +27,8 @@
 // (consume.Header*) and RabbitMQ's x-death entries preserved. When the
 // connection or channel is lost the consumer reconnects with backoff; the
 // broker redelivers what was unacked and idem deduplicates it.
+// [NewConsumer] does no I/O; [Consumer.Ping] dials and checks that the
+// topology exists.
 //
 // # Dead letters
 //

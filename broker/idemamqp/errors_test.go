@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,5 +145,32 @@ func TestBrokerErrors(t *testing.T) {
 	defer scancel()
 	if err := c2.Run(sctx); err != nil {
 		t.Fatalf("Run after its context ended = %v", err)
+	}
+}
+
+// NewConsumer does no I/O; Ping dials and checks the topology (unless the
+// consumer declares it), with an error naming the step or queue.
+func TestPing(t *testing.T) {
+	t.Parallel()
+	topo, _ := newTopology(t)
+	p := func(context.Context, idem.Message, consume.Delivery) (idem.Outcome, error) {
+		return idem.Processed, nil
+	}
+	c, _ := newConsumer(t, idemamqp.DialURL(amqpURL(t)), topo, p, nil)
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	missing := idemamqp.Topology{Queue: "idemtest.absent." + suffix()}
+	c, _ = newConsumer(t, idemamqp.DialURL(amqpURL(t)), missing, p, nil)
+	if err := c.Ping(t.Context()); err == nil || !strings.Contains(err.Error(), `queue "`+missing.Queue+`"`) {
+		t.Fatalf("Ping of an undeclared queue: %v", err)
+	}
+	c, _ = newConsumer(t, idemamqp.DialURL(amqpURL(t)), missing, p, func(cfg *idemamqp.Config) { cfg.Declare = true })
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping of a consumer that declares its topology: %v", err)
+	}
+	c, _ = newConsumer(t, idemamqp.DialURL("amqp://guest:guest@127.0.0.1:1/"), topo, p, nil)
+	if err := c.Ping(t.Context()); err == nil || !strings.Contains(err.Error(), "idemamqp: dial") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Ping of a dead address: %v", err)
 	}
 }

@@ -12,20 +12,13 @@ import (
 	"github.com/idem-go/idem/retry"
 )
 
-// processor is what a SQL store offers (idempgx.Store, idemsqlite.Store):
-// the dedupe record and the effect in one transaction.
-type processor interface {
-	Process(ctx context.Context, msg idem.Message, fn func(ctx context.Context, tx *sql.Tx) error) (idem.Outcome, error)
-}
-
 func Example() {
-	var store processor // e.g. an *idemsqlite.Store
-	process := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
-		return store.Process(ctx, msg, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = ?`, string(d.Body()))
-			return err
-		})
-	}
+	var store idem.Processor[*sql.Tx] // e.g. an *idemsqlite.Store
+	// The dedupe record and the effect in one transaction of the store.
+	process := consume.Transactional(store, func(ctx context.Context, tx *sql.Tx, d consume.Delivery) error {
+		_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = ?`, string(d.Body()))
+		return err
+	})
 	c, err := idemamqp.NewConsumer(idemamqp.DialURL("amqp://guest:guest@127.0.0.1:5672/"), &idemamqp.Config{
 		Config: consume.Config{
 			Name:  "credits",
@@ -36,9 +29,12 @@ func Example() {
 		Process:  process,
 	})
 	if err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // the configuration alone is wrong
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	if err := c.Ping(ctx); err != nil {
+		log.Fatal(err) // the broker is unreachable
+	}
 	_ = c.Run(ctx)
 }
