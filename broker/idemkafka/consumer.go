@@ -182,7 +182,8 @@ func (c *Consumer) checkRetention(ctx context.Context, cl *kgo.Client) error {
 // Run checks the topics' retention as [Consumer.Ping] does, joins the
 // group and consumes until ctx ends, then commits what committed, leaves
 // the group and closes its client; a Consumer runs once. It returns nil
-// when ctx ends, or the error of the check or of a fatal fetch.
+// when ctx ends (also during the check), or the error of the check or of
+// a fatal fetch.
 func (c *Consumer) Run(ctx context.Context) error {
 	opts := append([]kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, c.cfg.ClientOpts...)
 	opts = append(opts,
@@ -195,6 +196,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	)
 	if c.cfg.TopicRetention == 0 {
 		if err := c.Ping(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 	}

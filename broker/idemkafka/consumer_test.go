@@ -374,7 +374,7 @@ func TestPing(t *testing.T) {
 	}
 	cfg.TopicRetention = 0 // Run checks the retention first
 	dead, _ = idemkafka.NewConsumer(&cfg)
-	if err := dead.Run(ctx); err == nil || !strings.Contains(err.Error(), "cannot reach the cluster") {
+	if err := dead.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "cannot reach the cluster") {
 		t.Fatalf("Run against a dead address: %v", err)
 	}
 }
