@@ -4,18 +4,21 @@
 // letters and redrive.
 //
 // The engine here is shared; the tables live in the SQL stores, which
-// implement [Backend]: store/idempgx (PostgreSQL, Store.Inbox, handlers get
-// a pgx.Tx) and store/idemsqlite (SQLite, Store.Inbox, handlers get a
-// *sql.Tx). Both create their tables in migration 2.
+// implement [inboxdriver.Backend]: store/idempgx (PostgreSQL, Store.Inbox,
+// handlers get a pgx.Tx) and store/idemsqlite (SQLite, Store.Inbox,
+// handlers get a *sql.Tx). Both create their tables in migration 2. This
+// package is the user API; the contract with the stores and the helpers
+// they share are in inbox/inboxdriver (whose data types this package
+// re-exports), and their conformance suite in inbox/inboxtest.
 //
 // # Receiving
 //
-// Backend.Receive inserts the message keyed by (Source, ID) with ON
+// A store's Receive inserts the message keyed by (Source, ID) with ON
 // CONFLICT DO NOTHING and reports whether it was new; receiving it again is
 // harmless. ReceiveTx does the same in the caller's transaction. A message
 // whose id was seen with other content (a different [idem.Fingerprint];
 // by default the SHA-256 of type and payload) is reported with an error
-// wrapping idem.ErrFingerprintMismatch ([ReceiveMismatch]) — a producer bug,
+// wrapping idem.ErrFingerprintMismatch ([inboxdriver.ReceiveMismatch]) — a producer bug,
 // never silently dropped. Ack the broker only after Receive returned.
 //
 // # Processing

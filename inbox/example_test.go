@@ -9,12 +9,13 @@ import (
 	"os/signal"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/retry"
 )
 
-// newBackend stands for a store's inbox: idemsqlite's Store.Inbox() (a
-// Backend[*sql.Tx]) or idempgx's (a Backend[pgx.Tx]).
-var newBackend func() inbox.Backend[*sql.Tx]
+// newBackend stands for a store's inbox: idemsqlite's Store.Inbox() (an
+// inboxdriver.Backend[*sql.Tx]) or idempgx's (an inboxdriver.Backend[pgx.Tx]).
+var newBackend func() inboxdriver.Backend[*sql.Tx]
 
 // A worker that applies "payment.captured" events to a ledger in the same
 // transaction that marks them processed.

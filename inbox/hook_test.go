@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/retry"
 )
 
@@ -25,10 +26,10 @@ type memoryBackend struct {
 	lost       map[int64]bool
 	panics     map[int64]bool
 	releaseErr error
-	fails      []FailRequest
+	fails      []inboxdriver.FailRequest
 }
 
-func (b *memoryBackend) Claim(_ context.Context, req ClaimRequest) ([]Row, error) {
+func (b *memoryBackend) Claim(_ context.Context, req inboxdriver.ClaimRequest) ([]Row, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := min(req.Limit, len(b.rows))
@@ -37,7 +38,7 @@ func (b *memoryBackend) Claim(_ context.Context, req ClaimRequest) ([]Row, error
 	return out, nil
 }
 
-func (b *memoryBackend) Complete(ctx context.Context, l Lease, fn func(context.Context, struct{}) error) error {
+func (b *memoryBackend) Complete(ctx context.Context, l inboxdriver.Lease, fn func(context.Context, struct{}) error) error {
 	if b.panics[l.ID] {
 		panic("backend bug")
 	}
@@ -47,14 +48,14 @@ func (b *memoryBackend) Complete(ctx context.Context, l Lease, fn func(context.C
 	return fn(ctx, struct{}{})
 }
 
-func (b *memoryBackend) Fail(_ context.Context, req FailRequest) error {
+func (b *memoryBackend) Fail(_ context.Context, req inboxdriver.FailRequest) error {
 	b.mu.Lock()
 	b.fails = append(b.fails, req)
 	b.mu.Unlock()
 	return nil
 }
 
-func (b *memoryBackend) Extend(_ context.Context, ls []Lease, _ time.Duration) ([]int64, error) {
+func (b *memoryBackend) Extend(_ context.Context, ls []inboxdriver.Lease, _ time.Duration) ([]int64, error) {
 	ids := make([]int64, len(ls))
 	for i, l := range ls {
 		ids[i] = l.ID
@@ -62,7 +63,7 @@ func (b *memoryBackend) Extend(_ context.Context, ls []Lease, _ time.Duration) (
 	return ids, nil
 }
 
-func (b *memoryBackend) Release(_ context.Context, ls []Lease) (int64, error) {
+func (b *memoryBackend) Release(_ context.Context, ls []inboxdriver.Lease) (int64, error) {
 	if b.releaseErr != nil {
 		return 0, b.releaseErr
 	}

@@ -1,314 +1,54 @@
 package inbox
 
-import (
-	"context"
-	"fmt"
-	"time"
-	"unicode/utf8"
+import "github.com/idem-go/idem/inbox/inboxdriver"
 
-	"github.com/idem-go/idem"
+// The types a user of the inbox sees. They are declared in
+// [inboxdriver], which the engine and the stores share; these are the
+// same types under their user-facing names.
+type (
+	// Message is one message received from a broker (or any producer); a
+	// handler gets it with RowID, Attempt and Token set. See
+	// [inboxdriver.Message].
+	Message = inboxdriver.Message
+	// Row is a stored inbox row, as [Admin] lists it. See
+	// [inboxdriver.Row].
+	Row = inboxdriver.Row
+	// Attempt is one failed run in a row's history.
+	Attempt = inboxdriver.Attempt
+	// State is where an inbox row is in its life.
+	State = inboxdriver.State
+	// StateCount is one line of [Admin.Stats].
+	StateCount = inboxdriver.StateCount
+	// ListRequest selects rows for [Admin.List].
+	ListRequest = inboxdriver.ListRequest
+	// Select names rows for Redrive and Discard: the given ids, or every
+	// dead row with All.
+	Select = inboxdriver.Select
+	// Admin is the operator's view of an inbox: stats, dead rows, redrive
+	// and discard (the CLI uses it). Every store's inbox implements it.
+	Admin = inboxdriver.Admin
 )
 
-// Limits on what the inbox stores, checked before a backend is touched.
+// The states of a row, in life order.
+const (
+	// StatePending: received, waiting for its next attempt.
+	StatePending = inboxdriver.StatePending
+	// StateRunning: claimed by a worker until its lease ends.
+	StateRunning = inboxdriver.StateRunning
+	// StateProcessed: a handler's effect committed together with this state.
+	StateProcessed = inboxdriver.StateProcessed
+	// StateDead: given up; it stays until redriven or discarded.
+	StateDead = inboxdriver.StateDead
+)
+
+// Limits on what the inbox stores, checked before a store is touched.
 const (
 	// MaxPayloadBytes is the largest payload Receive accepts.
-	MaxPayloadBytes = 4 << 20
+	MaxPayloadBytes = inboxdriver.MaxPayloadBytes
 	// MaxTypeLen is the longest event type, in bytes.
-	MaxTypeLen = 255
+	MaxTypeLen = inboxdriver.MaxTypeLen
 	// MaxOrderingKeyLen is the longest ordering key, in bytes.
-	MaxOrderingKeyLen = 255
-	// MaxErrorBytes bounds a stored error text (last_error and the attempt
-	// history); longer texts are cut.
-	MaxErrorBytes = 2048
-	// MaxBatch is the largest claim a backend serves in one statement.
-	MaxBatch = 1000
+	MaxOrderingKeyLen = inboxdriver.MaxOrderingKeyLen
+	// MaxBatch is the largest Config.BatchSize and ListRequest.Limit.
+	MaxBatch = inboxdriver.MaxBatch
 )
-
-// State is where an inbox row is in its life.
-type State string
-
-const (
-	// StatePending: received, waiting for its next attempt (NextAttemptAt).
-	StatePending State = "pending"
-	// StateRunning: claimed by a worker whose lease ends at LeaseExpiresAt.
-	// After that the row is due again and the next claim takes it over.
-	StateRunning State = "running"
-	// StateProcessed: a handler's effect committed together with this state.
-	StateProcessed State = "processed"
-	// StateDead: given up (max attempts, permanent error or unknown event
-	// type). It stays until redriven or discarded.
-	StateDead State = "dead"
-)
-
-// States lists every state, in life order.
-var States = []State{StatePending, StateRunning, StateProcessed, StateDead}
-
-// Message is one message received from a broker (or any producer).
-//
-// (Source, ID) is its identity: receiving the same pair again is a
-// duplicate. Type selects the handler. OrderingKey, when set and the worker
-// runs in ordered mode, serialises messages that share it.
-type Message struct {
-	// Source names where the message came from (a queue, topic or
-	// producer): 0–1024 bytes of UTF-8.
-	Source string
-	// ID is the producer's message id: 1–255 bytes of printable ASCII.
-	ID string
-	// Type is the event type handlers are registered for: 1–255 bytes.
-	Type string
-	// Payload is the message body, at most MaxPayloadBytes.
-	Payload []byte
-	// OrderingKey groups messages that must be processed in receive order
-	// (ordered mode only). Empty means unordered.
-	OrderingKey string
-	// Fingerprint identifies the content. Zero means the SHA-256 of Type
-	// and Payload.
-	Fingerprint idem.Fingerprint
-
-	// RowID is the inbox row's id. Set for handlers; ignored by Receive.
-	RowID int64
-	// Attempt is the run number (1 for the first). Set for handlers.
-	Attempt int
-	// Token is the fencing token of the worker's lease. Set for handlers:
-	// combine it with (Source, ID) to derive a downstream idempotency key.
-	Token int64
-}
-
-// Prepare validates m and fills in its fingerprint. Backends call it in
-// Receive before touching the database.
-func Prepare(m Message) (Message, error) {
-	if err := idem.Validate(m.Source, m.ID); err != nil {
-		return m, fmt.Errorf("inbox: message %q: %w", m.ID, err)
-	}
-	switch {
-	case m.Type == "" || len(m.Type) > MaxTypeLen || !utf8.ValidString(m.Type):
-		return m, fmt.Errorf("%w: inbox: message %q: type must be 1-%d bytes of UTF-8", idem.ErrInvalidConfig, m.ID, MaxTypeLen)
-	case len(m.OrderingKey) > MaxOrderingKeyLen || !utf8.ValidString(m.OrderingKey):
-		return m, fmt.Errorf("%w: inbox: message %q: ordering key must be at most %d bytes of UTF-8", idem.ErrInvalidConfig, m.ID, MaxOrderingKeyLen)
-	case len(m.Payload) > MaxPayloadBytes:
-		return m, fmt.Errorf("%w: inbox: message %q: payload is %d bytes, the limit is %d", idem.ErrInvalidConfig, m.ID, len(m.Payload), MaxPayloadBytes)
-	}
-	if m.Fingerprint.IsZero() {
-		m.Fingerprint = idem.FingerprintParts([]byte(m.Type), m.Payload)
-	}
-	if m.Payload == nil {
-		m.Payload = []byte{}
-	}
-	return m, nil
-}
-
-// ReceiveMismatch returns the error Backend.Receive reports when
-// (source, id) was received before, as row rowID, with other content: a
-// producer bug. It wraps [idem.ErrFingerprintMismatch].
-func ReceiveMismatch(source, id string, rowID int64) error {
-	return fmt.Errorf("inbox: message %q from %q (row %d): %w", id, source, rowID, idem.ErrFingerprintMismatch)
-}
-
-// Row is a stored inbox row.
-type Row struct {
-	ID          int64
-	Source      string
-	MessageID   string
-	Type        string
-	Payload     []byte
-	OrderingKey string
-	Fingerprint idem.Fingerprint
-	State       State
-	// Attempts counts the failed runs so far.
-	Attempts int
-	// Token is the fencing token of the latest claim (0 if never claimed).
-	Token     int64
-	LastError string
-	// DeadReason says why the row is dead (empty unless it is). A row that
-	// died before dead reasons were typed holds the free text of then
-	// ("permanent error", "failed 3 times (max attempts 3)", …).
-	DeadReason     idem.DeadReason
-	ReceivedAt     time.Time
-	NextAttemptAt  time.Time
-	LeaseExpiresAt time.Time
-	ProcessedAt    time.Time
-}
-
-// Message returns the row as a handler sees it.
-func (r Row) Message() Message {
-	return Message{Source: r.Source, ID: r.MessageID, Type: r.Type, Payload: r.Payload, OrderingKey: r.OrderingKey,
-		Fingerprint: r.Fingerprint, RowID: r.ID, Attempt: r.Attempts + 1, Token: r.Token}
-}
-
-// Lease identifies one claimed row: its id and the fencing token of the claim.
-type Lease struct {
-	ID    int64
-	Token int64
-}
-
-// Attempt is one failed run in a row's history.
-type Attempt struct {
-	Number int
-	At     time.Time
-	Error  string
-}
-
-// ClaimRequest asks a backend for due rows.
-type ClaimRequest struct {
-	// Limit is how many rows to claim, 1..MaxBatch.
-	Limit int
-	// Lease is how long the claim holds, by the database clock.
-	Lease time.Duration
-	// Ordered skips rows that have an earlier unfinished (pending or
-	// running) row with the same ordering key.
-	Ordered bool
-}
-
-// FailRequest records a failed run.
-type FailRequest struct {
-	Lease
-	// Error is the failure's text (cut to MaxErrorBytes).
-	Error string
-	// Delay schedules the next attempt at the database's now + Delay. The
-	// engine draws it with full jitter from its retry policy.
-	Delay time.Duration
-	// Dead moves the row to the dead letters with DeadReason.
-	Dead       bool
-	DeadReason idem.DeadReason
-	// Uncounted leaves attempts unchanged and adds no history: an
-	// infrastructure failure, not the message's fault.
-	Uncounted bool
-}
-
-// StateCount is one line of [Admin.Stats].
-type StateCount struct {
-	State State
-	Count int64
-	// Oldest is the age, by the database clock, of the oldest row in the
-	// state (by receive time); zero when Count is 0.
-	Oldest time.Duration
-}
-
-// ListRequest selects rows for [Admin.List].
-type ListRequest struct {
-	State State
-	// AfterID pages: only rows with a larger id.
-	AfterID int64
-	// Limit is 1..MaxBatch; 0 means 100.
-	Limit int
-}
-
-// Select names rows for Redrive and Discard: the given ids, or every dead
-// row with All.
-type Select struct {
-	IDs []int64
-	All bool
-}
-
-// Admin is the operator's view of an inbox (the CLI uses it).
-type Admin interface {
-	// Stats counts rows by state, every state listed.
-	Stats(ctx context.Context) ([]StateCount, error)
-	// List returns rows in a state by id.
-	List(ctx context.Context, req ListRequest) ([]Row, error)
-	// Get returns a row and its attempt history, or an error wrapping
-	// idem.ErrNotFound.
-	Get(ctx context.Context, id int64) (Row, []Attempt, error)
-	// Redrive moves dead rows back to pending with attempts reset and the
-	// next attempt now; it returns how many it moved. The history stays.
-	Redrive(ctx context.Context, sel Select) (int64, error)
-	// Discard deletes dead rows and returns how many.
-	Discard(ctx context.Context, sel Select) (int64, error)
-}
-
-// Backend is an inbox table in one database. Tx is the database's
-// transaction type handed to handlers (pgx.Tx, *sql.Tx).
-//
-// Every method that takes a Lease must fail with an error wrapping
-// idem.ErrLeaseLost unless the token is the row's current one and the row is
-// running: that is what keeps a worker whose lease was taken over from
-// committing anything.
-type Backend[Tx any] interface {
-	Admin
-	// Receive inserts the message unless (Source, ID) exists and reports
-	// whether it was new. An existing id with another fingerprint is an
-	// error from [ReceiveMismatch], wrapping idem.ErrFingerprintMismatch; the
-	// stored row is untouched.
-	Receive(ctx context.Context, msg Message) (bool, error)
-	// ReceiveTx is Receive in the caller's transaction.
-	ReceiveTx(ctx context.Context, tx Tx, msg Message) (bool, error)
-	// Claim leases up to req.Limit due rows: pending rows whose next attempt
-	// has come and running rows whose lease expired, oldest due first, each
-	// with a fresh fencing token.
-	Claim(ctx context.Context, req ClaimRequest) ([]Row, error)
-	// Complete runs fn in a transaction and marks the row processed in the
-	// same transaction, guarded by the lease: if the token is no longer
-	// current the transaction rolls back and the error wraps
-	// idem.ErrLeaseLost. An error from fn rolls back and is returned as is.
-	Complete(ctx context.Context, l Lease, fn func(ctx context.Context, tx Tx) error) error
-	// Fail records a failed run (see [FailRequest]).
-	Fail(ctx context.Context, req FailRequest) error
-	// Extend pushes the leases to now + lease and returns the ids still
-	// held; the others were lost.
-	Extend(ctx context.Context, ls []Lease, lease time.Duration) ([]int64, error)
-	// Release gives leased rows back (pending, due now, attempts unchanged)
-	// and returns how many it released.
-	Release(ctx context.Context, ls []Lease) (int64, error)
-	// PurgeProcessed deletes processed rows older than olderThan (by
-	// processed time, database clock), at most limit rows per statement,
-	// until none is left, and returns how many it deleted.
-	PurgeProcessed(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
-}
-
-// CutError bounds an error text to MaxErrorBytes without splitting a UTF-8
-// sequence.
-func CutError(s string) string {
-	if len(s) <= MaxErrorBytes {
-		return s
-	}
-	s = s[:MaxErrorBytes]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// ValidateSelect checks a Redrive or Discard selection.
-func ValidateSelect(sel Select) error {
-	if sel.All == (len(sel.IDs) > 0) {
-		return fmt.Errorf("%w: inbox: give ids or All, not both or neither", idem.ErrInvalidConfig)
-	}
-	if len(sel.IDs) > MaxBatch {
-		return fmt.Errorf("%w: inbox: at most %d ids at once", idem.ErrInvalidConfig, MaxBatch)
-	}
-	return nil
-}
-
-// ValidateClaim checks a ClaimRequest.
-func ValidateClaim(req ClaimRequest) error {
-	if req.Limit < 1 || req.Limit > MaxBatch {
-		return fmt.Errorf("%w: inbox: claim limit must be 1..%d, got %d", idem.ErrInvalidConfig, MaxBatch, req.Limit)
-	}
-	if req.Lease <= 0 {
-		return fmt.Errorf("%w: inbox: lease must be positive, got %v", idem.ErrInvalidConfig, req.Lease)
-	}
-	return nil
-}
-
-// ListLimit returns the effective limit of a ListRequest, or an error.
-func ListLimit(req ListRequest) (int, error) {
-	switch {
-	case req.Limit == 0:
-		return 100, nil
-	case req.Limit < 0 || req.Limit > MaxBatch:
-		return 0, fmt.Errorf("%w: inbox: list limit must be 1..%d, got %d", idem.ErrInvalidConfig, MaxBatch, req.Limit)
-	}
-	return req.Limit, nil
-}
-
-// StatsInOrder lists every state in [States] order, taking counts from by
-// (a state missing from by counts zero). Backends use it for Stats.
-func StatsInOrder(by map[State]StateCount) []StateCount {
-	out := make([]StateCount, len(States))
-	for i, st := range States {
-		c := by[st]
-		c.State = st
-		out[i] = c
-	}
-	return out
-}

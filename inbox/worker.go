@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/retry"
 )
 
@@ -107,7 +108,7 @@ type Event struct {
 // registered handlers. Register handlers with [Worker.Handle], then
 // [Worker.Start] and [Worker.Stop] (or [Worker.Run]).
 type Worker[Tx any] struct {
-	b      Backend[Tx]
+	b      inboxdriver.Backend[Tx]
 	cfg    Config
 	policy retry.Policy
 	log    *slog.Logger
@@ -124,7 +125,7 @@ type Worker[Tx any] struct {
 }
 
 // NewWorker returns a worker over b. It does not start.
-func NewWorker[Tx any](b Backend[Tx], cfg *Config) (*Worker[Tx], error) {
+func NewWorker[Tx any](b inboxdriver.Backend[Tx], cfg *Config) (*Worker[Tx], error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: inbox: nil backend", idem.ErrInvalidConfig)
 	}
@@ -257,7 +258,7 @@ func (w *Worker[Tx]) Run(ctx context.Context) error {
 // returns how many rows it claimed (0: nothing was due). Handy in tests and
 // for a cron-style drain.
 func (w *Worker[Tx]) RunOnce(ctx context.Context) (int, error) {
-	rows, err := w.b.Claim(ctx, ClaimRequest{Limit: w.cfg.BatchSize, Lease: w.cfg.Lease, Ordered: w.cfg.Ordered})
+	rows, err := w.b.Claim(ctx, inboxdriver.ClaimRequest{Limit: w.cfg.BatchSize, Lease: w.cfg.Lease, Ordered: w.cfg.Ordered})
 	if err != nil {
 		return 0, err
 	}
@@ -289,7 +290,7 @@ func (w *Worker[Tx]) idle(ctx context.Context, d time.Duration) bool {
 }
 
 func (w *Worker[Tx]) loop(ctx context.Context) {
-	req := ClaimRequest{Limit: w.cfg.BatchSize, Lease: w.cfg.Lease, Ordered: w.cfg.Ordered}
+	req := inboxdriver.ClaimRequest{Limit: w.cfg.BatchSize, Lease: w.cfg.Lease, Ordered: w.cfg.Ordered}
 	for !w.isStopping() && ctx.Err() == nil {
 		rows, err := w.b.Claim(ctx, req)
 		if err != nil {
@@ -335,12 +336,12 @@ type batchLeases struct {
 	cancel map[int64]context.CancelCauseFunc
 }
 
-func (bl *batchLeases) list() []Lease {
+func (bl *batchLeases) list() []inboxdriver.Lease {
 	bl.mu.Lock()
 	defer bl.mu.Unlock()
-	out := make([]Lease, 0, len(bl.held))
+	out := make([]inboxdriver.Lease, 0, len(bl.held))
 	for id, tok := range bl.held {
-		out = append(out, Lease{ID: id, Token: tok})
+		out = append(out, inboxdriver.Lease{ID: id, Token: tok})
 	}
 	return out
 }
@@ -431,11 +432,11 @@ func (w *Worker[Tx]) heartbeat(ctx context.Context, bl *batchLeases, quit <-chan
 // run set, rows[0] is the row of that run, ended instead of reported. It
 // returns false when the rows could not be given back.
 func (w *Worker[Tx]) release(ctx context.Context, bl *batchLeases, rows []Row, run *Event) bool {
-	ls := make([]Lease, 0, len(rows))
+	ls := make([]inboxdriver.Lease, 0, len(rows))
 	bl.mu.Lock()
 	for _, r := range rows {
 		if tok, ok := bl.held[r.ID]; ok {
-			ls = append(ls, Lease{ID: r.ID, Token: tok})
+			ls = append(ls, inboxdriver.Lease{ID: r.ID, Token: tok})
 		}
 	}
 	bl.mu.Unlock()
@@ -503,13 +504,13 @@ func (w *Worker[Tx]) runOne(rctx, ctx context.Context, r Row) {
 // run is runOne; it records the outcome in ev.
 func (w *Worker[Tx]) run(rctx, ctx context.Context, r Row, ev *Event) {
 	msg := ev.Message
-	lease := Lease{ID: r.ID, Token: r.Token}
+	lease := inboxdriver.Lease{ID: r.ID, Token: r.Token}
 	w.mu.Lock()
 	h := w.handlers[r.Type]
 	w.mu.Unlock()
 	if h == nil {
 		text := fmt.Sprintf("no handler registered for event type %q", r.Type)
-		w.fail(rctx, r, FailRequest{Lease: lease, Error: text, Dead: true, DeadReason: idem.DeadNoHandler}, errors.New("inbox: "+text), ev)
+		w.fail(rctx, r, inboxdriver.FailRequest{Lease: lease, Error: text, Dead: true, DeadReason: idem.DeadNoHandler}, errors.New("inbox: "+text), ev)
 		return
 	}
 	err := w.b.Complete(rctx, lease, func(ctx context.Context, tx Tx) (err error) {
@@ -538,13 +539,13 @@ func (w *Worker[Tx]) run(rctx, ctx context.Context, r Row, ev *Event) {
 	// Infrastructure failures are not counted in the row, so the backoff of
 	// an outage grows with the counted attempts only.
 	d := w.policy.Decide(retry.Failures{Counted: r.Attempts}, err)
-	req := FailRequest{Lease: lease, Error: CutError(err.Error()), Delay: d.Delay, Uncounted: !d.Counted(),
+	req := inboxdriver.FailRequest{Lease: lease, Error: inboxdriver.CutError(err.Error()), Delay: d.Delay, Uncounted: !d.Counted(),
 		Dead: d.GiveUp(), DeadReason: d.Reason}
 	w.fail(rctx, r, req, err, ev)
 }
 
 // fail records a failed run and its outcome in ev.
-func (w *Worker[Tx]) fail(ctx context.Context, r Row, req FailRequest, cause error, ev *Event) {
+func (w *Worker[Tx]) fail(ctx context.Context, r Row, req inboxdriver.FailRequest, cause error, ev *Event) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	ev.Outcome, ev.Err = idem.Retried, cause

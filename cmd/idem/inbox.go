@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/idem-go/idem/store/idemsqlite"
 	"github.com/spf13/cobra"
@@ -163,7 +164,7 @@ func newInboxShowCmd() *cobra.Command {
 					{"lease expires", fmtTime(r.LeaseExpiresAt)},
 					{"processed", fmtTime(r.ProcessedAt)},
 					{"dead reason", string(r.DeadReason)},
-					{"last error", flatText(r.LastError, inbox.MaxErrorBytes)},
+					{"last error", flatText(r.LastError, inboxdriver.MaxErrorBytes)},
 					{"payload", fmt.Sprintf("%d bytes", len(r.Payload))},
 				} {
 					fmt.Fprintf(tw, "%s\t%s\n", f[0], f[1])
@@ -175,7 +176,7 @@ func newInboxShowCmd() *cobra.Command {
 				tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "#\tAT\tERROR")
 				for _, a := range hist {
-					fmt.Fprintf(tw, "%d\t%s\t%s\n", a.Number, fmtTime(a.At), flatText(a.Error, inbox.MaxErrorBytes))
+					fmt.Fprintf(tw, "%d\t%s\t%s\n", a.Number, fmtTime(a.At), flatText(a.Error, inboxdriver.MaxErrorBytes))
 				}
 				return tw.Flush()
 			})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/retry"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/idem-go/idem/store/idemsqlite"
@@ -50,7 +51,7 @@ func TestInboxCommandsPostgres(t *testing.T) {
 }
 
 // seedInbox leaves one processed message (row 1) and three dead ones.
-func seedInbox[Tx any](t *testing.T, ib inbox.Backend[Tx]) {
+func seedInbox[Tx any](t *testing.T, ib inboxdriver.Backend[Tx]) {
 	t.Helper()
 	for i, typ := range []string{"ok", "bad", "bad", "bad"} {
 		m := inbox.Message{Source: "orders", ID: "m-" + string(rune('a'+i)), Type: typ, Payload: []byte("{}")}

@@ -1,4 +1,4 @@
-// Package inboxtest is the behaviour suite every [inbox.Backend] runs
+// Package inboxtest is the behaviour suite every [inboxdriver.Backend] runs
 // against its real database, plus the multi-process crash acceptance test
 // ([RunAcceptance] with [ServeWorker] in re-executed test binaries).
 package inboxtest
@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/retry"
 )
 
@@ -24,7 +25,7 @@ import (
 // effects table that has no unique constraint, so a second effect for a
 // message would show.
 type Env[Tx any] struct {
-	Backend inbox.Backend[Tx]
+	Backend inboxdriver.Backend[Tx]
 	// Effect inserts one effect row for key in tx.
 	Effect func(ctx context.Context, tx Tx, key string) error
 	// Effects counts effect rows per key (committed ones only).
@@ -78,7 +79,7 @@ func msg(i int, typ string) inbox.Message {
 	return inbox.Message{Source: "orders", ID: fmt.Sprintf("m-%05d", i), Type: typ, Payload: fmt.Appendf(nil, `{"n":%d}`, i)}
 }
 
-func receiveN[Tx any](t *testing.T, ctx context.Context, b inbox.Backend[Tx], n int, typ string) {
+func receiveN[Tx any](t *testing.T, ctx context.Context, b inboxdriver.Backend[Tx], n int, typ string) {
 	t.Helper()
 	for i := range n {
 		if _, err := b.Receive(ctx, msg(i, typ)); err != nil {
@@ -121,7 +122,7 @@ func drain[Tx any](t *testing.T, ctx context.Context, env Env[Tx], w *inbox.Work
 	waitIdle(t, ctx, env.Backend)
 }
 
-func waitIdle[Tx any](t *testing.T, ctx context.Context, b inbox.Backend[Tx]) {
+func waitIdle[Tx any](t *testing.T, ctx context.Context, b inboxdriver.Backend[Tx]) {
 	t.Helper()
 	for {
 		st := stats(t, ctx, b)
@@ -136,14 +137,14 @@ func waitIdle[Tx any](t *testing.T, ctx context.Context, b inbox.Backend[Tx]) {
 	}
 }
 
-func stats[Tx any](t *testing.T, ctx context.Context, b inbox.Backend[Tx]) map[inbox.State]inbox.StateCount {
+func stats[Tx any](t *testing.T, ctx context.Context, b inboxdriver.Backend[Tx]) map[inbox.State]inbox.StateCount {
 	t.Helper()
 	list, err := b.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != len(inbox.States) {
-		t.Fatalf("Stats listed %d states, want %d", len(list), len(inbox.States))
+	if len(list) != len(inboxdriver.States()) {
+		t.Fatalf("Stats listed %d states, want %d", len(list), len(inboxdriver.States()))
 	}
 	out := map[inbox.State]inbox.StateCount{}
 	for _, c := range list {
@@ -174,7 +175,7 @@ func effectHandler[Tx any](env Env[Tx], fail func(m inbox.Message) error) inbox.
 	}
 }
 
-func onlyRow[Tx any](t *testing.T, ctx context.Context, b inbox.Backend[Tx], state inbox.State) (inbox.Row, []inbox.Attempt) {
+func onlyRow[Tx any](t *testing.T, ctx context.Context, b inboxdriver.Backend[Tx], state inbox.State) (inbox.Row, []inbox.Attempt) {
 	t.Helper()
 	rows, err := b.List(ctx, inbox.ListRequest{State: state})
 	if err != nil {
@@ -245,9 +246,9 @@ func testReceive[Tx any](t *testing.T, env Env[Tx]) {
 	}
 }
 
-func onlyRowBy[Tx any](t *testing.T, ctx context.Context, b inbox.Backend[Tx], id, source string) (inbox.Row, []inbox.Attempt) {
+func onlyRowBy[Tx any](t *testing.T, ctx context.Context, b inboxdriver.Backend[Tx], id, source string) (inbox.Row, []inbox.Attempt) {
 	t.Helper()
-	for _, st := range inbox.States {
+	for _, st := range inboxdriver.States() {
 		rows, err := b.List(ctx, inbox.ListRequest{State: st, Limit: inbox.MaxBatch})
 		if err != nil {
 			t.Fatal(err)
@@ -385,35 +386,35 @@ func testLeaseFencing[Tx any](t *testing.T, env Env[Tx]) {
 	ctx := ctxT(t)
 	b := env.Backend
 	receiveN(t, ctx, b, 1, "a")
-	first, err := b.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: 400 * time.Millisecond})
+	first, err := b.Claim(ctx, inboxdriver.ClaimRequest{Limit: 10, Lease: 400 * time.Millisecond})
 	if err != nil || len(first) != 1 || first[0].State != inbox.StateRunning || first[0].Token == 0 {
 		t.Fatalf("claim = %+v, %v", first, err)
 	}
 	// Live lease: nothing to claim.
-	if rows, err := b.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(rows) != 0 {
+	if rows, err := b.Claim(ctx, inboxdriver.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(rows) != 0 {
 		t.Fatalf("claim during a live lease = %+v, %v", rows, err)
 	}
 	time.Sleep(450 * time.Millisecond)
-	second, err := b.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: time.Minute})
+	second, err := b.Claim(ctx, inboxdriver.ClaimRequest{Limit: 10, Lease: time.Minute})
 	if err != nil || len(second) != 1 || second[0].Token <= first[0].Token {
 		t.Fatalf("takeover = %+v, %v", second, err)
 	}
-	stale := inbox.Lease{ID: first[0].ID, Token: first[0].Token}
+	stale := inboxdriver.Lease{ID: first[0].ID, Token: first[0].Token}
 	err = b.Complete(ctx, stale, func(ctx context.Context, tx Tx) error { return env.Effect(ctx, tx, "stale") })
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("complete with a stale token = %v, want ErrLeaseLost", err)
 	}
-	if err := b.Fail(ctx, inbox.FailRequest{Lease: stale, Error: "x"}); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := b.Fail(ctx, inboxdriver.FailRequest{Lease: stale, Error: "x"}); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("fail with a stale token = %v", err)
 	}
-	if kept, err := b.Extend(ctx, []inbox.Lease{stale}, time.Minute); err != nil || len(kept) != 0 {
+	if kept, err := b.Extend(ctx, []inboxdriver.Lease{stale}, time.Minute); err != nil || len(kept) != 0 {
 		t.Fatalf("extend with a stale token = %v, %v", kept, err)
 	}
-	if n, err := b.Release(ctx, []inbox.Lease{stale}); err != nil || n != 0 {
+	if n, err := b.Release(ctx, []inboxdriver.Lease{stale}); err != nil || n != 0 {
 		t.Fatalf("release with a stale token = %v, %v", n, err)
 	}
-	cur := inbox.Lease{ID: second[0].ID, Token: second[0].Token}
-	if kept, err := b.Extend(ctx, []inbox.Lease{cur}, 50*time.Millisecond); err != nil || len(kept) != 1 || kept[0] != cur.ID {
+	cur := inboxdriver.Lease{ID: second[0].ID, Token: second[0].Token}
+	if kept, err := b.Extend(ctx, []inboxdriver.Lease{cur}, 50*time.Millisecond); err != nil || len(kept) != 1 || kept[0] != cur.ID {
 		t.Fatalf("extend = %v, %v", kept, err)
 	}
 	if err := b.Complete(ctx, cur, func(ctx context.Context, tx Tx) error { return env.Effect(ctx, tx, "current") }); err != nil {
@@ -421,7 +422,7 @@ func testLeaseFencing[Tx any](t *testing.T, env Env[Tx]) {
 	}
 	// The lease would have expired by now; a completed row is never reclaimed.
 	time.Sleep(80 * time.Millisecond)
-	if rows, err := b.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(rows) != 0 {
+	if rows, err := b.Claim(ctx, inboxdriver.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(rows) != 0 {
 		t.Fatalf("claim after completion = %+v, %v", rows, err)
 	}
 	if err := b.Complete(ctx, cur, func(ctx context.Context, tx Tx) error { return nil }); !errors.Is(err, idem.ErrLeaseLost) {
@@ -485,7 +486,7 @@ func testGracefulStop[Tx any](t *testing.T, env Env[Tx]) {
 		t.Fatalf("after a graceful stop: %+v; want the running row finished and the rest released", st)
 	}
 	// Released rows are due at once.
-	if rows, err := env.Backend.Claim(ctx, inbox.ClaimRequest{Limit: 100, Lease: time.Minute}); err != nil || len(rows) != 9 {
+	if rows, err := env.Backend.Claim(ctx, inboxdriver.ClaimRequest{Limit: 100, Lease: time.Minute}); err != nil || len(rows) != 9 {
 		t.Fatalf("claim after stop = %d rows, %v", len(rows), err)
 	}
 }
@@ -663,7 +664,7 @@ func testInvalid[Tx any](t *testing.T, env Env[Tx]) {
 			t.Errorf("receive %q/%q accepted", m.ID, m.Type)
 		}
 	}
-	for _, req := range []inbox.ClaimRequest{{Limit: 0, Lease: time.Second}, {Limit: inbox.MaxBatch + 1, Lease: time.Second}, {Limit: 1}} {
+	for _, req := range []inboxdriver.ClaimRequest{{Limit: 0, Lease: time.Second}, {Limit: inbox.MaxBatch + 1, Lease: time.Second}, {Limit: 1}} {
 		if _, err := b.Claim(ctx, req); !errors.Is(err, idem.ErrInvalidConfig) {
 			t.Errorf("claim %+v = %v", req, err)
 		}
@@ -679,13 +680,13 @@ func testInvalid[Tx any](t *testing.T, env Env[Tx]) {
 	if _, err := b.List(ctx, inbox.ListRequest{State: inbox.StateDead, Limit: -1}); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Errorf("list with a negative limit = %v", err)
 	}
-	if _, err := b.Extend(ctx, []inbox.Lease{{ID: 1, Token: 1}}, 0); !errors.Is(err, idem.ErrInvalidConfig) {
+	if _, err := b.Extend(ctx, []inboxdriver.Lease{{ID: 1, Token: 1}}, 0); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Errorf("extend with lease 0 = %v", err)
 	}
 	if _, err := b.PurgeProcessed(ctx, -time.Second, 0); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Errorf("purge with a negative window = %v", err)
 	}
-	if err := b.Complete(ctx, inbox.Lease{ID: 1, Token: 1}, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+	if err := b.Complete(ctx, inboxdriver.Lease{ID: 1, Token: 1}, nil); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Errorf("complete with a nil handler = %v", err)
 	}
 	var zero Tx

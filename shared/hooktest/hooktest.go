@@ -33,6 +33,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/retry"
 )
 
@@ -344,13 +345,13 @@ func NewWorker(t testing.TB, hooks []idem.Hook) *inbox.Worker[struct{}] {
 // Worker.RunOnce: Claim hands out the queued rows, Complete runs the
 // handler unless the row is marked lost.
 type memoryInbox struct {
-	inbox.Backend[struct{}] // the admin and receive methods are not called
-	mu                      sync.Mutex
-	rows                    []inbox.Row
-	lost                    map[int64]bool
+	inboxdriver.Backend[struct{}] // the admin and receive methods are not called
+	mu                            sync.Mutex
+	rows                          []inbox.Row
+	lost                          map[int64]bool
 }
 
-func (b *memoryInbox) Claim(_ context.Context, req inbox.ClaimRequest) ([]inbox.Row, error) {
+func (b *memoryInbox) Claim(_ context.Context, req inboxdriver.ClaimRequest) ([]inbox.Row, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := min(req.Limit, len(b.rows))
@@ -359,16 +360,16 @@ func (b *memoryInbox) Claim(_ context.Context, req inbox.ClaimRequest) ([]inbox.
 	return out, nil
 }
 
-func (b *memoryInbox) Complete(ctx context.Context, l inbox.Lease, fn func(context.Context, struct{}) error) error {
+func (b *memoryInbox) Complete(ctx context.Context, l inboxdriver.Lease, fn func(context.Context, struct{}) error) error {
 	if b.lost[l.ID] {
 		return fmt.Errorf("memory inbox: row %d: %w", l.ID, idem.ErrLeaseLost)
 	}
 	return fn(ctx, struct{}{})
 }
 
-func (b *memoryInbox) Fail(context.Context, inbox.FailRequest) error { return nil }
+func (b *memoryInbox) Fail(context.Context, inboxdriver.FailRequest) error { return nil }
 
-func (b *memoryInbox) Extend(_ context.Context, ls []inbox.Lease, _ time.Duration) ([]int64, error) {
+func (b *memoryInbox) Extend(_ context.Context, ls []inboxdriver.Lease, _ time.Duration) ([]int64, error) {
 	ids := make([]int64, len(ls))
 	for i, l := range ls {
 		ids[i] = l.ID
@@ -376,7 +377,7 @@ func (b *memoryInbox) Extend(_ context.Context, ls []inbox.Lease, _ time.Duratio
 	return ids, nil
 }
 
-func (b *memoryInbox) Release(_ context.Context, ls []inbox.Lease) (int64, error) {
+func (b *memoryInbox) Release(_ context.Context, ls []inboxdriver.Lease) (int64, error) {
 	return int64(len(ls)), nil
 }
 

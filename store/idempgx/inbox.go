@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Inbox is the inbox table of a store's schema: an [inbox.Backend] whose
+// Inbox is the inbox table of a store's schema: an [inboxdriver.Backend] whose
 // handlers get the pgx.Tx that also marks their message processed. Get it
 // with [Store.Inbox]; it is safe for concurrent use.
 type Inbox struct {
@@ -21,7 +21,7 @@ type Inbox struct {
 	sq string // the token sequence, quoted, passed as a regclass parameter
 }
 
-var _ inbox.Backend[pgx.Tx] = (*Inbox)(nil)
+var _ inboxdriver.Backend[pgx.Tx] = (*Inbox)(nil)
 
 // Inbox returns the store's inbox (migration 2 creates its tables).
 func (s *Store) Inbox() *Inbox {
@@ -108,20 +108,20 @@ WHERE ` + deadBatch,
 	}
 }
 
-func scanInboxRow(row pgx.Row) (inbox.Row, error) {
+func scanInboxRow(row pgx.Row) (inboxdriver.Row, error) {
 	var (
-		r     inbox.Row
+		r     inboxdriver.Row
 		fp    []byte
 		state string
 		done  *time.Time
 	)
 	if err := row.Scan(&r.ID, &r.Source, &r.MessageID, &r.Type, &r.Payload, &r.OrderingKey, &fp, &state,
 		&r.Attempts, &r.Token, &r.LastError, &r.DeadReason, &r.ReceivedAt, &r.NextAttemptAt, &done); err != nil {
-		return inbox.Row{}, err
+		return inboxdriver.Row{}, err
 	}
 	copy(r.Fingerprint[:], fp)
-	r.State = inbox.State(state)
-	if r.State == inbox.StateRunning {
+	r.State = inboxdriver.State(state)
+	if r.State == inboxdriver.StateRunning {
 		r.LeaseExpiresAt = r.NextAttemptAt
 	}
 	if done != nil {
@@ -130,23 +130,23 @@ func scanInboxRow(row pgx.Row) (inbox.Row, error) {
 	return r, nil
 }
 
-// Receive implements [inbox.Backend]: one INSERT … ON CONFLICT DO NOTHING.
-func (ib *Inbox) Receive(ctx context.Context, msg inbox.Message) (bool, error) {
+// Receive implements [inboxdriver.Backend]: one INSERT … ON CONFLICT DO NOTHING.
+func (ib *Inbox) Receive(ctx context.Context, msg inboxdriver.Message) (bool, error) {
 	return ib.receive(ctx, ib.s.pool, msg)
 }
 
 // ReceiveTx is Receive in the caller's transaction: the message is in the
 // inbox exactly when tx commits. A failed statement aborts tx; roll it back
 // on any error.
-func (ib *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg inbox.Message) (bool, error) {
+func (ib *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg inboxdriver.Message) (bool, error) {
 	if tx == nil {
 		return false, fmt.Errorf("%w: idempgx: nil transaction", idem.ErrInvalidConfig)
 	}
 	return ib.receive(ctx, tx, msg)
 }
 
-func (ib *Inbox) receive(ctx context.Context, q querier, msg inbox.Message) (bool, error) {
-	msg, err := inbox.Prepare(msg)
+func (ib *Inbox) receive(ctx context.Context, q querier, msg inboxdriver.Message) (bool, error) {
+	msg, err := inboxdriver.Prepare(msg)
 	if err != nil {
 		return false, err
 	}
@@ -168,17 +168,17 @@ func (ib *Inbox) receive(ctx context.Context, q querier, msg inbox.Message) (boo
 			return false, ib.s.wrap("inbox receive", err)
 		}
 		if idem.Fingerprint(fp) != msg.Fingerprint {
-			return false, inbox.ReceiveMismatch(msg.Source, msg.ID, id)
+			return false, inboxdriver.ReceiveMismatch(msg.Source, msg.ID, id)
 		}
 		return false, nil
 	}
 	return false, idem.Retryable(fmt.Errorf("idempgx: inbox receive %q: row kept changing", msg.ID))
 }
 
-// Claim implements [inbox.Backend] with FOR UPDATE SKIP LOCKED over the
+// Claim implements [inboxdriver.Backend] with FOR UPDATE SKIP LOCKED over the
 // partial index of unfinished rows.
-func (ib *Inbox) Claim(ctx context.Context, req inbox.ClaimRequest) ([]inbox.Row, error) {
-	if err := inbox.ValidateClaim(req); err != nil {
+func (ib *Inbox) Claim(ctx context.Context, req inboxdriver.ClaimRequest) ([]inboxdriver.Row, error) {
+	if err := inboxdriver.ValidateClaim(req); err != nil {
 		return nil, err
 	}
 	sql := ib.q.claim
@@ -189,17 +189,17 @@ func (ib *Inbox) Claim(ctx context.Context, req inbox.ClaimRequest) ([]inbox.Row
 	if err != nil {
 		return nil, ib.s.wrap("inbox claim", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inbox.Row, error) { return scanInboxRow(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inboxdriver.Row, error) { return scanInboxRow(r) })
 	if err != nil {
 		return nil, ib.s.wrap("inbox claim", err)
 	}
 	return out, nil
 }
 
-// Complete implements [inbox.Backend]: fn runs first, then the processed
+// Complete implements [inboxdriver.Backend]: fn runs first, then the processed
 // mark, guarded by the token, in the same transaction. Marking last keeps
 // the row unlocked while fn runs, so heartbeats can extend its lease.
-func (ib *Inbox) Complete(ctx context.Context, l inbox.Lease, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (ib *Inbox) Complete(ctx context.Context, l inboxdriver.Lease, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: idempgx: nil handler", idem.ErrInvalidConfig)
 	}
@@ -219,15 +219,15 @@ func (ib *Inbox) Complete(ctx context.Context, l inbox.Lease, fn func(ctx contex
 	})
 }
 
-// Fail implements [inbox.Backend]; the next attempt is scheduled by the
+// Fail implements [inboxdriver.Backend]; the next attempt is scheduled by the
 // database clock.
-func (ib *Inbox) Fail(ctx context.Context, req inbox.FailRequest) error {
+func (ib *Inbox) Fail(ctx context.Context, req inboxdriver.FailRequest) error {
 	if req.Delay < 0 {
 		req.Delay = 0
 	}
 	var n int64
-	err := ib.s.pool.QueryRow(ctx, ib.q.fail, req.ID, req.Token, inbox.CutError(req.Error), micros(req.Delay),
-		req.Dead, inbox.CutError(string(req.DeadReason)), req.Uncounted).Scan(&n)
+	err := ib.s.pool.QueryRow(ctx, ib.q.fail, req.ID, req.Token, inboxdriver.CutError(req.Error), micros(req.Delay),
+		req.Dead, inboxdriver.CutError(string(req.DeadReason)), req.Uncounted).Scan(&n)
 	if err != nil {
 		return ib.s.wrap("inbox fail", err)
 	}
@@ -237,7 +237,7 @@ func (ib *Inbox) Fail(ctx context.Context, req inbox.FailRequest) error {
 	return nil
 }
 
-func leaseArrays(ls []inbox.Lease) (ids, tokens []int64) {
+func leaseArrays(ls []inboxdriver.Lease) (ids, tokens []int64) {
 	ids, tokens = make([]int64, len(ls)), make([]int64, len(ls))
 	for i, l := range ls {
 		ids[i], tokens[i] = l.ID, l.Token
@@ -245,8 +245,8 @@ func leaseArrays(ls []inbox.Lease) (ids, tokens []int64) {
 	return ids, tokens
 }
 
-// Extend implements [inbox.Backend].
-func (ib *Inbox) Extend(ctx context.Context, ls []inbox.Lease, lease time.Duration) ([]int64, error) {
+// Extend implements [inboxdriver.Backend].
+func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.Duration) ([]int64, error) {
 	if lease <= 0 {
 		return nil, fmt.Errorf("%w: idempgx: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
 	}
@@ -265,8 +265,8 @@ func (ib *Inbox) Extend(ctx context.Context, ls []inbox.Lease, lease time.Durati
 	return kept, nil
 }
 
-// Release implements [inbox.Backend].
-func (ib *Inbox) Release(ctx context.Context, ls []inbox.Lease) (int64, error) {
+// Release implements [inboxdriver.Backend].
+func (ib *Inbox) Release(ctx context.Context, ls []inboxdriver.Lease) (int64, error) {
 	if len(ls) == 0 {
 		return 0, nil
 	}
@@ -296,7 +296,7 @@ func (ib *Inbox) batches(ctx context.Context, op string, limit int, exec func() 
 	}
 }
 
-// PurgeProcessed implements [inbox.Backend].
+// PurgeProcessed implements [inboxdriver.Backend].
 func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	if olderThan < 0 || limit < 0 || limit > MaxBatch {
 		return 0, fmt.Errorf("%w: idempgx: purge: olderThan must not be negative and limit must be 0..%d", idem.ErrInvalidConfig, MaxBatch)
@@ -309,31 +309,31 @@ func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, li
 	})
 }
 
-// Stats implements [inbox.Admin].
-func (ib *Inbox) Stats(ctx context.Context) ([]inbox.StateCount, error) {
+// Stats implements [inboxdriver.Admin].
+func (ib *Inbox) Stats(ctx context.Context) ([]inboxdriver.StateCount, error) {
 	rows, err := ib.s.pool.Query(ctx, ib.q.stats)
 	if err != nil {
 		return nil, ib.s.wrap("inbox stats", err)
 	}
-	by := map[inbox.State]inbox.StateCount{}
+	by := map[inboxdriver.State]inboxdriver.StateCount{}
 	var (
 		state string
 		n     int64
 		age   float64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&state, &n, &age}, func() error {
-		by[inbox.State(state)] = inbox.StateCount{State: inbox.State(state), Count: n, Oldest: time.Duration(age * float64(time.Second))}
+		by[inboxdriver.State(state)] = inboxdriver.StateCount{State: inboxdriver.State(state), Count: n, Oldest: time.Duration(age * float64(time.Second))}
 		return nil
 	})
 	if err != nil {
 		return nil, ib.s.wrap("inbox stats", err)
 	}
-	return inbox.StatsInOrder(by), nil
+	return inboxdriver.StatsInOrder(by), nil
 }
 
-// List implements [inbox.Admin].
-func (ib *Inbox) List(ctx context.Context, req inbox.ListRequest) ([]inbox.Row, error) {
-	limit, err := inbox.ListLimit(req)
+// List implements [inboxdriver.Admin].
+func (ib *Inbox) List(ctx context.Context, req inboxdriver.ListRequest) ([]inboxdriver.Row, error) {
+	limit, err := inboxdriver.ListLimit(req)
 	if err != nil {
 		return nil, err
 	}
@@ -341,49 +341,49 @@ func (ib *Inbox) List(ctx context.Context, req inbox.ListRequest) ([]inbox.Row, 
 	if err != nil {
 		return nil, ib.s.wrap("inbox list", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inbox.Row, error) { return scanInboxRow(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inboxdriver.Row, error) { return scanInboxRow(r) })
 	if err != nil {
 		return nil, ib.s.wrap("inbox list", err)
 	}
 	return out, nil
 }
 
-// Get implements [inbox.Admin].
-func (ib *Inbox) Get(ctx context.Context, id int64) (inbox.Row, []inbox.Attempt, error) {
+// Get implements [inboxdriver.Admin].
+func (ib *Inbox) Get(ctx context.Context, id int64) (inboxdriver.Row, []inboxdriver.Attempt, error) {
 	r, err := scanInboxRow(ib.s.pool.QueryRow(ctx, ib.q.get, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return inbox.Row{}, nil, fmt.Errorf("idempgx: inbox row %d: %w", id, idem.ErrNotFound)
+		return inboxdriver.Row{}, nil, fmt.Errorf("idempgx: inbox row %d: %w", id, idem.ErrNotFound)
 	}
 	if err != nil {
-		return inbox.Row{}, nil, ib.s.wrap("inbox get", err)
+		return inboxdriver.Row{}, nil, ib.s.wrap("inbox get", err)
 	}
 	rows, err := ib.s.pool.Query(ctx, ib.q.attempts, id)
 	if err != nil {
-		return inbox.Row{}, nil, ib.s.wrap("inbox get", err)
+		return inboxdriver.Row{}, nil, ib.s.wrap("inbox get", err)
 	}
-	hist, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (inbox.Attempt, error) {
-		var a inbox.Attempt
+	hist, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxdriver.Attempt, error) {
+		var a inboxdriver.Attempt
 		err := row.Scan(&a.Number, &a.At, &a.Error)
 		return a, err
 	})
 	if err != nil {
-		return inbox.Row{}, nil, ib.s.wrap("inbox get", err)
+		return inboxdriver.Row{}, nil, ib.s.wrap("inbox get", err)
 	}
 	return r, hist, nil
 }
 
-// Redrive implements [inbox.Admin].
-func (ib *Inbox) Redrive(ctx context.Context, sel inbox.Select) (int64, error) {
+// Redrive implements [inboxdriver.Admin].
+func (ib *Inbox) Redrive(ctx context.Context, sel inboxdriver.Select) (int64, error) {
 	return ib.deadBatches(ctx, "inbox redrive", ib.q.redrive, sel)
 }
 
-// Discard implements [inbox.Admin].
-func (ib *Inbox) Discard(ctx context.Context, sel inbox.Select) (int64, error) {
+// Discard implements [inboxdriver.Admin].
+func (ib *Inbox) Discard(ctx context.Context, sel inboxdriver.Select) (int64, error) {
 	return ib.deadBatches(ctx, "inbox discard", ib.q.discard, sel)
 }
 
-func (ib *Inbox) deadBatches(ctx context.Context, op, sql string, sel inbox.Select) (int64, error) {
-	if err := inbox.ValidateSelect(sel); err != nil {
+func (ib *Inbox) deadBatches(ctx context.Context, op, sql string, sel inboxdriver.Select) (int64, error) {
+	if err := inboxdriver.ValidateSelect(sel); err != nil {
 		return 0, err
 	}
 	ids := sel.IDs

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
 )
@@ -61,7 +62,7 @@ func BenchmarkInboxClaim(b *testing.B) {
 			claimed := 0
 			b.ResetTimer()
 			for b.Loop() {
-				rows, err := ib.Claim(ctx, inbox.ClaimRequest{Limit: 10, Lease: time.Hour})
+				rows, err := ib.Claim(ctx, inboxdriver.ClaimRequest{Limit: 10, Lease: time.Hour})
 				if err != nil || len(rows) != 10 {
 					b.Fatalf("claim = %d rows, %v", len(rows), err)
 				}

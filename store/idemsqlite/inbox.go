@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxdriver"
 )
 
-// Inbox is the inbox table of a store's database: an [inbox.Backend] whose
+// Inbox is the inbox table of a store's database: an [inboxdriver.Backend] whose
 // handlers get the *sql.Tx that also marks their message processed. Get it
 // with [Store.Inbox]. Claims, completions and failures go through the
 // store's write queue, so they run one at a time within a process and SQLite
@@ -25,7 +25,7 @@ import (
 // handlers must run in parallel.
 type Inbox struct{ s *Store }
 
-var _ inbox.Backend[*sql.Tx] = (*Inbox)(nil)
+var _ inboxdriver.Backend[*sql.Tx] = (*Inbox)(nil)
 
 // Inbox returns the store's inbox (migration 2 creates its tables).
 func (s *Store) Inbox() *Inbox { return &Inbox{s: s} }
@@ -33,9 +33,9 @@ func (s *Store) Inbox() *Inbox { return &Inbox{s: s} }
 const inboxColumns = `id, source, message_id, type, payload, ordering_key, fingerprint, state, attempts, token,
 	coalesce(last_error, ''), coalesce(dead_reason, ''), received_at, next_attempt_at, processed_at`
 
-func scanInboxRow(row scanner) (inbox.Row, error) {
+func scanInboxRow(row scanner) (inboxdriver.Row, error) {
 	var (
-		r                   inbox.Row
+		r                   inboxdriver.Row
 		fp                  []byte
 		state               string
 		recv, next          int64
@@ -44,14 +44,14 @@ func scanInboxRow(row scanner) (inbox.Row, error) {
 	)
 	if err := row.Scan(&r.ID, &r.Source, &r.MessageID, &r.Type, &payload, &r.OrderingKey, &fp, &state,
 		&r.Attempts, &r.Token, &lastErrRaw, &r.DeadReason, &recv, &next, &done); err != nil {
-		return inbox.Row{}, err
+		return inboxdriver.Row{}, err
 	}
 	r.Payload = append([]byte{}, payload...)
 	r.LastError = string(lastErrRaw)
 	copy(r.Fingerprint[:], fp)
-	r.State = inbox.State(state)
+	r.State = inboxdriver.State(state)
 	r.ReceivedAt, r.NextAttemptAt = time.UnixMicro(recv), time.UnixMicro(next)
-	if r.State == inbox.StateRunning {
+	if r.State == inboxdriver.StateRunning {
 		r.LeaseExpiresAt = r.NextAttemptAt
 	}
 	r.ProcessedAt = fromMicros(done)
@@ -64,9 +64,9 @@ type execQuerier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Receive implements [inbox.Backend]: one INSERT … ON CONFLICT DO NOTHING.
-func (ib *Inbox) Receive(ctx context.Context, msg inbox.Message) (bool, error) {
-	msg, err := inbox.Prepare(msg)
+// Receive implements [inboxdriver.Backend]: one INSERT … ON CONFLICT DO NOTHING.
+func (ib *Inbox) Receive(ctx context.Context, msg inboxdriver.Message) (bool, error) {
+	msg, err := inboxdriver.Prepare(msg)
 	if err != nil {
 		return false, err
 	}
@@ -83,18 +83,18 @@ func (ib *Inbox) Receive(ctx context.Context, msg inbox.Message) (bool, error) {
 // inbox exactly when tx commits. Open the database like [OpenDB] does
 // (BEGIN IMMEDIATE), or a transaction that read first may fail with a
 // retryable busy error.
-func (ib *Inbox) ReceiveTx(ctx context.Context, tx *sql.Tx, msg inbox.Message) (bool, error) {
+func (ib *Inbox) ReceiveTx(ctx context.Context, tx *sql.Tx, msg inboxdriver.Message) (bool, error) {
 	if tx == nil {
 		return false, fmt.Errorf("%w: idemsqlite: nil transaction", idem.ErrInvalidConfig)
 	}
-	msg, err := inbox.Prepare(msg)
+	msg, err := inboxdriver.Prepare(msg)
 	if err != nil {
 		return false, err
 	}
 	return ib.receive(ctx, tx, msg, micros(ib.s.now()))
 }
 
-func (ib *Inbox) receive(ctx context.Context, q execQuerier, msg inbox.Message, now int64) (bool, error) {
+func (ib *Inbox) receive(ctx context.Context, q execQuerier, msg inboxdriver.Message, now int64) (bool, error) {
 	var id int64
 	err := q.QueryRowContext(ctx, `INSERT INTO idem_inbox (source, message_id, type, payload, ordering_key, fingerprint, received_at, next_attempt_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, message_id) DO NOTHING RETURNING id`,
@@ -112,7 +112,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, message_id) DO NOTHING RETU
 		return false, ib.wrap("inbox receive", err)
 	}
 	if idem.Fingerprint(fp) != msg.Fingerprint {
-		return false, inbox.ReceiveMismatch(msg.Source, msg.ID, id)
+		return false, inboxdriver.ReceiveMismatch(msg.Source, msg.ID, id)
 	}
 	return false, nil
 }
@@ -124,13 +124,13 @@ func (ib *Inbox) wrap(op string, err error) error {
 	return fmt.Errorf("idemsqlite: %s: %w", op, classify(err))
 }
 
-// Claim implements [inbox.Backend]: it selects and leases due rows in one
+// Claim implements [inboxdriver.Backend]: it selects and leases due rows in one
 // BEGIN IMMEDIATE transaction, so no other writer can claim them meanwhile.
-func (ib *Inbox) Claim(ctx context.Context, req inbox.ClaimRequest) ([]inbox.Row, error) {
-	if err := inbox.ValidateClaim(req); err != nil {
+func (ib *Inbox) Claim(ctx context.Context, req inboxdriver.ClaimRequest) ([]inboxdriver.Row, error) {
+	if err := inboxdriver.ValidateClaim(req); err != nil {
 		return nil, err
 	}
-	var out []inbox.Row
+	var out []inboxdriver.Row
 	err := ib.s.inTx(ctx, "inbox claim", func(tx *sql.Tx, now int64) error {
 		out = out[:0]
 		query := `SELECT id FROM idem_inbox AS i WHERE state IN ('pending', 'running') AND next_attempt_at <= ?`
@@ -189,9 +189,9 @@ func durMicros(d time.Duration) int64 {
 	return int64(us)
 }
 
-// Complete implements [inbox.Backend]: fn runs, then the processed mark,
+// Complete implements [inboxdriver.Backend]: fn runs, then the processed mark,
 // guarded by the token, in the same transaction.
-func (ib *Inbox) Complete(ctx context.Context, l inbox.Lease, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (ib *Inbox) Complete(ctx context.Context, l inboxdriver.Lease, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: idemsqlite: nil handler", idem.ErrInvalidConfig)
 	}
@@ -206,7 +206,7 @@ WHERE id = ? AND token = ? AND state = 'running'`, now, now, l.ID, l.Token)
 	})
 }
 
-func (ib *Inbox) leaseHeld(op string, l inbox.Lease, res sql.Result, err error) error {
+func (ib *Inbox) leaseHeld(op string, l inboxdriver.Lease, res sql.Result, err error) error {
 	if err != nil {
 		return ib.wrap(op, err)
 	}
@@ -220,17 +220,17 @@ func (ib *Inbox) leaseHeld(op string, l inbox.Lease, res sql.Result, err error) 
 	return nil
 }
 
-// Fail implements [inbox.Backend].
-func (ib *Inbox) Fail(ctx context.Context, req inbox.FailRequest) error {
+// Fail implements [inboxdriver.Backend].
+func (ib *Inbox) Fail(ctx context.Context, req inboxdriver.FailRequest) error {
 	if req.Delay < 0 {
 		req.Delay = 0
 	}
 	op := fmt.Sprintf("inbox fail %d", req.ID)
-	msg := inbox.CutError(req.Error)
+	msg := inboxdriver.CutError(req.Error)
 	return ib.s.inTx(ctx, op, func(tx *sql.Tx, now int64) error {
 		state, reason, add := "pending", sql.NullString{}, 1
 		if req.Dead {
-			state, reason = "dead", sql.NullString{String: inbox.CutError(string(req.DeadReason)), Valid: true}
+			state, reason = "dead", sql.NullString{String: inboxdriver.CutError(string(req.DeadReason)), Valid: true}
 		}
 		if req.Uncounted {
 			add = 0
@@ -254,7 +254,7 @@ SELECT ?, coalesce(max(attempt), 0) + 1, ?, ? FROM idem_inbox_attempts WHERE inb
 // in one transaction and returns the ids it changed.
 // Lease holders (heartbeats and releases) go ahead of claims in the write
 // queue, so a burst of claims cannot make a worker lose its lease.
-func (ib *Inbox) leases(ctx context.Context, op string, ls []inbox.Lease, next func(now int64) int64, stmt string) ([]int64, error) {
+func (ib *Inbox) leases(ctx context.Context, op string, ls []inboxdriver.Lease, next func(now int64) int64, stmt string) ([]int64, error) {
 	var kept []int64
 	err := ib.s.inHolderTx(ctx, op, func(ctx context.Context, tx *sql.Tx, now int64) error {
 		kept = kept[:0]
@@ -273,8 +273,8 @@ func (ib *Inbox) leases(ctx context.Context, op string, ls []inbox.Lease, next f
 	return kept, err
 }
 
-// Extend implements [inbox.Backend].
-func (ib *Inbox) Extend(ctx context.Context, ls []inbox.Lease, lease time.Duration) ([]int64, error) {
+// Extend implements [inboxdriver.Backend].
+func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.Duration) ([]int64, error) {
 	if lease <= 0 {
 		return nil, fmt.Errorf("%w: idemsqlite: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
 	}
@@ -285,8 +285,8 @@ func (ib *Inbox) Extend(ctx context.Context, ls []inbox.Lease, lease time.Durati
 		`UPDATE idem_inbox SET next_attempt_at = ? WHERE id = ? AND token = ? AND state = 'running'`)
 }
 
-// Release implements [inbox.Backend].
-func (ib *Inbox) Release(ctx context.Context, ls []inbox.Lease) (int64, error) {
+// Release implements [inboxdriver.Backend].
+func (ib *Inbox) Release(ctx context.Context, ls []inboxdriver.Lease) (int64, error) {
 	if len(ls) == 0 {
 		return 0, nil
 	}
@@ -322,10 +322,10 @@ func (ib *Inbox) batches(ctx context.Context, op string, limit int, stmt func(tx
 	}
 }
 
-// PurgeProcessed implements [inbox.Backend].
+// PurgeProcessed implements [inboxdriver.Backend].
 func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	if olderThan < 0 || limit < 0 || limit > inbox.MaxBatch {
-		return 0, fmt.Errorf("%w: idemsqlite: purge: olderThan must not be negative and limit must be 0..%d", idem.ErrInvalidConfig, inbox.MaxBatch)
+	if olderThan < 0 || limit < 0 || limit > inboxdriver.MaxBatch {
+		return 0, fmt.Errorf("%w: idemsqlite: purge: olderThan must not be negative and limit must be 0..%d", idem.ErrInvalidConfig, inboxdriver.MaxBatch)
 	}
 	if limit == 0 {
 		limit = DefaultPurgeBatch
@@ -336,15 +336,15 @@ func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, li
 	})
 }
 
-// Stats implements [inbox.Admin].
-func (ib *Inbox) Stats(ctx context.Context) ([]inbox.StateCount, error) {
+// Stats implements [inboxdriver.Admin].
+func (ib *Inbox) Stats(ctx context.Context) ([]inboxdriver.StateCount, error) {
 	rows, err := ib.s.db.QueryContext(ctx, `SELECT state, count(*), min(received_at) FROM idem_inbox GROUP BY state`)
 	if err != nil {
 		return nil, ib.wrap("inbox stats", err)
 	}
 	defer rows.Close()
 	now := ib.s.now()
-	by := map[inbox.State]inbox.StateCount{}
+	by := map[inboxdriver.State]inboxdriver.StateCount{}
 	for rows.Next() {
 		var (
 			state  string
@@ -354,17 +354,17 @@ func (ib *Inbox) Stats(ctx context.Context) ([]inbox.StateCount, error) {
 		if err := rows.Scan(&state, &n, &oldest); err != nil {
 			return nil, ib.wrap("inbox stats", err)
 		}
-		by[inbox.State(state)] = inbox.StateCount{State: inbox.State(state), Count: n, Oldest: now.Sub(time.UnixMicro(oldest))}
+		by[inboxdriver.State(state)] = inboxdriver.StateCount{State: inboxdriver.State(state), Count: n, Oldest: now.Sub(time.UnixMicro(oldest))}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, ib.wrap("inbox stats", err)
 	}
-	return inbox.StatsInOrder(by), nil
+	return inboxdriver.StatsInOrder(by), nil
 }
 
-// List implements [inbox.Admin].
-func (ib *Inbox) List(ctx context.Context, req inbox.ListRequest) ([]inbox.Row, error) {
-	limit, err := inbox.ListLimit(req)
+// List implements [inboxdriver.Admin].
+func (ib *Inbox) List(ctx context.Context, req inboxdriver.ListRequest) ([]inboxdriver.Row, error) {
+	limit, err := inboxdriver.ListLimit(req)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +374,7 @@ func (ib *Inbox) List(ctx context.Context, req inbox.ListRequest) ([]inbox.Row, 
 		return nil, ib.wrap("inbox list", err)
 	}
 	defer rows.Close()
-	var out []inbox.Row
+	var out []inboxdriver.Row
 	for rows.Next() {
 		r, err := scanInboxRow(rows)
 		if err != nil {
@@ -388,54 +388,54 @@ func (ib *Inbox) List(ctx context.Context, req inbox.ListRequest) ([]inbox.Row, 
 	return out, nil
 }
 
-// Get implements [inbox.Admin].
-func (ib *Inbox) Get(ctx context.Context, id int64) (inbox.Row, []inbox.Attempt, error) {
+// Get implements [inboxdriver.Admin].
+func (ib *Inbox) Get(ctx context.Context, id int64) (inboxdriver.Row, []inboxdriver.Attempt, error) {
 	r, err := scanInboxRow(ib.s.db.QueryRowContext(ctx, `SELECT `+inboxColumns+` FROM idem_inbox WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return inbox.Row{}, nil, fmt.Errorf("idemsqlite: inbox row %d: %w", id, idem.ErrNotFound)
+		return inboxdriver.Row{}, nil, fmt.Errorf("idemsqlite: inbox row %d: %w", id, idem.ErrNotFound)
 	}
 	if err != nil {
-		return inbox.Row{}, nil, ib.wrap("inbox get", err)
+		return inboxdriver.Row{}, nil, ib.wrap("inbox get", err)
 	}
 	rows, err := ib.s.db.QueryContext(ctx, `SELECT attempt, at, error FROM idem_inbox_attempts WHERE inbox_id = ? ORDER BY attempt`, id)
 	if err != nil {
-		return inbox.Row{}, nil, ib.wrap("inbox get", err)
+		return inboxdriver.Row{}, nil, ib.wrap("inbox get", err)
 	}
 	defer rows.Close()
-	var hist []inbox.Attempt
+	var hist []inboxdriver.Attempt
 	for rows.Next() {
 		var (
-			a  inbox.Attempt
+			a  inboxdriver.Attempt
 			at int64
 		)
 		if err := rows.Scan(&a.Number, &at, &a.Error); err != nil {
-			return inbox.Row{}, nil, ib.wrap("inbox get", err)
+			return inboxdriver.Row{}, nil, ib.wrap("inbox get", err)
 		}
 		a.At = time.UnixMicro(at)
 		hist = append(hist, a)
 	}
 	if err := rows.Err(); err != nil {
-		return inbox.Row{}, nil, ib.wrap("inbox get", err)
+		return inboxdriver.Row{}, nil, ib.wrap("inbox get", err)
 	}
 	return r, hist, nil
 }
 
-// Redrive implements [inbox.Admin].
-func (ib *Inbox) Redrive(ctx context.Context, sel inbox.Select) (int64, error) {
+// Redrive implements [inboxdriver.Admin].
+func (ib *Inbox) Redrive(ctx context.Context, sel inboxdriver.Select) (int64, error) {
 	return ib.deadBatches(ctx, "inbox redrive", sel, func(now int64) (string, []any) {
 		return `UPDATE idem_inbox SET state = 'pending', attempts = 0, dead_reason = NULL, next_attempt_at = ? WHERE id IN `, []any{now}
 	})
 }
 
-// Discard implements [inbox.Admin].
-func (ib *Inbox) Discard(ctx context.Context, sel inbox.Select) (int64, error) {
+// Discard implements [inboxdriver.Admin].
+func (ib *Inbox) Discard(ctx context.Context, sel inboxdriver.Select) (int64, error) {
 	return ib.deadBatches(ctx, "inbox discard", sel, func(int64) (string, []any) {
 		return `DELETE FROM idem_inbox WHERE id IN `, nil
 	})
 }
 
-func (ib *Inbox) deadBatches(ctx context.Context, op string, sel inbox.Select, head func(now int64) (string, []any)) (int64, error) {
-	if err := inbox.ValidateSelect(sel); err != nil {
+func (ib *Inbox) deadBatches(ctx context.Context, op string, sel inboxdriver.Select, head func(now int64) (string, []any)) (int64, error) {
+	if err := inboxdriver.ValidateSelect(sel); err != nil {
 		return 0, err
 	}
 	// The ids go in as one JSON array parameter, never spliced into SQL.
