@@ -1,6 +1,6 @@
 module github.com/idem-go/idem/broker/idemamqp
 
-go 1.26
+go 1.26.0
 
 require github.com/idem-go/idem v0.1.0
 
@@ -12,6 +12,7 @@ require (
 )
 
 require (
+	github.com/idem-go/idem/shared v0.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

@@ -1,6 +1,6 @@
 module github.com/idem-go/idem/store/idempgx
 
-go 1.26
+go 1.26.0
 
 require github.com/idem-go/idem v0.1.0
 
