@@ -19,16 +19,15 @@
 // a fixed number of handler goroutines. Each delivery goes through the
 // user's idempotent [consume.ProcessFunc] (a SQL store's Process through
 // consume.Transactional, or consume.GuardProcess) and is acked only after
-// the commit; a duplicate is
-// acked and counted. A failed delivery is republished to the retry queue
-// with its attempt count in the x-idem-attempts header and the original
-// acked once the broker confirms the copy; after MaxAttempts it is
-// published to the dead-letter exchange with the failure headers
-// (consume.Header*) and RabbitMQ's x-death entries preserved. When the
-// connection or channel is lost the consumer reconnects with backoff; the
-// broker redelivers what was unacked and idem deduplicates it.
-// [NewConsumer] does no I/O; [Consumer.Ping] dials and checks that the
-// topology exists.
+// the commit; a duplicate is acked and counted. A failed delivery is
+// republished to the retry queue with its attempt count in the
+// x-idem-attempts header and the original acked once the broker confirms
+// the copy; after MaxAttempts it is published to the dead-letter exchange
+// with the failure headers (consume.Header*) and RabbitMQ's x-death
+// entries preserved. When the connection or channel is lost the consumer
+// reconnects with backoff; the broker redelivers what was unacked and idem
+// deduplicates it. [NewConsumer] does no I/O; [Consumer.Ping] dials and
+// checks that the topology exists.
 //
 // # Dead letters
 //
