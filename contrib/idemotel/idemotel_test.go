@@ -170,6 +170,18 @@ func (r *rig) ended(name string) []sdktrace.ReadOnlySpan {
 	return out
 }
 
+// byID returns the ended span sc, failing t if it did not end.
+func (r *rig) byID(t *testing.T, what string, sc trace.SpanContext) sdktrace.ReadOnlySpan {
+	t.Helper()
+	for _, s := range r.spans.Ended() {
+		if s.SpanContext().SpanID() == sc.SpanID() {
+			return s
+		}
+	}
+	t.Fatalf("%s did not end", what)
+	return nil
+}
+
 func attrsOf(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	m := map[attribute.Key]attribute.Value{}
 	for _, a := range s.Attributes() {
@@ -890,26 +902,14 @@ func TestHTTPSpansAreTheParentsOfTheHandlers(t *testing.T) {
 	}
 	childOf(t, "http span", httpSpan[0], server.SpanContext())
 	childOf(t, "guard span", guard[0], httpSpan[0].SpanContext())
-	var work sdktrace.ReadOnlySpan
-	for _, s := range r.spans.Ended() {
-		if s.SpanContext().SpanID() == handler.SpanID() {
-			work = s
-		}
-	}
-	if work == nil {
-		t.Fatal("the handler's span did not end")
-	}
+	work := r.byID(t, "the handler's span", handler)
 	childOf(t, "handler span", work, guard[0].SpanContext())
 	if str(guard[0], attrGuard) != "api" {
 		t.Errorf("guard name %q", str(guard[0], attrGuard))
 	}
 	// Each span covers its children.
-	for _, c := range [][2]sdktrace.ReadOnlySpan{{httpSpan[0], guard[0]}, {guard[0], work}} {
-		if c[1].StartTime().Before(c[0].StartTime()) || c[1].EndTime().After(c[0].EndTime()) {
-			t.Errorf("%s [%v, %v] does not cover %s [%v, %v]", c[0].Name(), c[0].StartTime(), c[0].EndTime(),
-				c[1].Name(), c[1].StartTime(), c[1].EndTime())
-		}
-	}
+	covers(t, httpSpan[0], guard[0])
+	covers(t, guard[0], work)
 }
 
 // The duration histograms record the duration the component reported.
@@ -1116,17 +1116,7 @@ func TestGuardHookWithRealGuard(t *testing.T) {
 	if s := spans[7]; events[7].Outcome != idem.Panicked || s.Status().Code != codes.Error {
 		t.Errorf("panic span: %v %v", events[7].Outcome, s.Status())
 	} else {
-		var child sdktrace.ReadOnlySpan
-		for _, c := range r.spans.Ended() {
-			if c.SpanContext().SpanID() == work.SpanID() {
-				child = c
-			}
-		}
-		if child == nil {
-			t.Error("the function's span did not end")
-		} else {
-			childOf(t, "the function's span", child, s.SpanContext())
-		}
+		childOf(t, "the function's span", r.byID(t, "the function's span", work), s.SpanContext())
 	}
 	// The stored Final error is the call's result: an exception event, but
 	// not an error span.
@@ -1262,46 +1252,60 @@ var components = []component{
 		}},
 }
 
+// eachComponent runs test in parallel for each component, with a rig of
+// its own.
+func eachComponent(t *testing.T, test func(t *testing.T, c component, r *rig)) {
+	for _, c := range components {
+		t.Run(c.span, func(t *testing.T) {
+			t.Parallel()
+			test(t, c, newRig(t, nil))
+		})
+	}
+}
+
+// covers fails t unless parent's extent covers child's.
+func covers(t *testing.T, parent, child sdktrace.ReadOnlySpan) {
+	t.Helper()
+	if child.StartTime().Before(parent.StartTime()) || child.EndTime().After(parent.EndTime()) {
+		t.Errorf("%s [%v, %v] does not cover %s [%v, %v]", parent.Name(), parent.StartTime(), parent.EndTime(),
+			child.Name(), child.StartTime(), child.EndTime())
+	}
+}
+
 // Each start hook starts a real span: a child of the span in its context,
 // the parent of the spans the work starts with the context it returns, and
 // ended once, by the end hook, after the work's.
 func TestStartHooksNestSpans(t *testing.T) {
 	t.Parallel()
-	for _, c := range components {
-		t.Run(c.span, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t, nil)
-			tracer := r.tp.Tracer("app")
-			ctx, caller := tracer.Start(context.Background(), "caller")
-			ctx = c.start(r.tel, ctx)
-			if n := len(r.ended(c.span)); n != 0 {
-				t.Fatalf("%d spans ended by the start hook", n)
-			}
-			hookSpan := trace.SpanFromContext(ctx).SpanContext()
-			_, work := tracer.Start(ctx, "work")
-			work.End()
-			c.end(r.tel, ctx)
-			caller.End()
+	eachComponent(t, func(t *testing.T, c component, r *rig) {
+		tracer := r.tp.Tracer("app")
+		ctx, caller := tracer.Start(context.Background(), "caller")
+		ctx = c.start(r.tel, ctx)
+		if n := len(r.ended(c.span)); n != 0 {
+			t.Fatalf("%d spans ended by the start hook", n)
+		}
+		hookSpan := trace.SpanFromContext(ctx).SpanContext()
+		_, work := tracer.Start(ctx, "work")
+		work.End()
+		c.end(r.tel, ctx)
+		caller.End()
 
-			spans := r.ended(c.span)
-			if len(spans) != 1 {
-				t.Fatalf("%d %s spans", len(spans), c.span)
-			}
-			s := spans[0]
-			if s.SpanContext().SpanID() != hookSpan.SpanID() {
-				t.Fatal("the start hook's context does not hold its span")
-			}
-			childOf(t, "hook span", s, caller.SpanContext())
-			w := r.ended("work")[0]
-			childOf(t, "work span", w, s.SpanContext())
-			if w.EndTime().After(s.EndTime()) || w.StartTime().Before(s.StartTime()) {
-				t.Errorf("hook span [%v, %v] does not cover the work [%v, %v]", s.StartTime(), s.EndTime(), w.StartTime(), w.EndTime())
-			}
-			if str(s, attrOutcome) != "processed" {
-				t.Errorf("outcome %q", str(s, attrOutcome))
-			}
-		})
-	}
+		spans := r.ended(c.span)
+		if len(spans) != 1 {
+			t.Fatalf("%d %s spans", len(spans), c.span)
+		}
+		s := spans[0]
+		if s.SpanContext().SpanID() != hookSpan.SpanID() {
+			t.Fatal("the start hook's context does not hold its span")
+		}
+		childOf(t, "hook span", s, caller.SpanContext())
+		w := r.ended("work")[0]
+		childOf(t, "work span", w, s.SpanContext())
+		covers(t, s, w)
+		if str(s, attrOutcome) != "processed" {
+			t.Errorf("outcome %q", str(s, attrOutcome))
+		}
+	})
 }
 
 // Two Telemetry values in one component's hooks (a For each) thread the
@@ -1309,49 +1313,41 @@ func TestStartHooksNestSpans(t *testing.T) {
 // the context it gets holds the other's.
 func TestEndFindsItsOwnSpan(t *testing.T) {
 	t.Parallel()
-	for _, c := range components {
-		t.Run(c.span, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t, nil)
-			a, b := r.tel.For("a"), r.tel.For("b")
-			ctx := c.start(b, c.start(a, context.Background()))
-			c.end(a, ctx)
-			c.end(b, ctx)
-			spans := r.ended(c.span)
-			if len(spans) != 2 {
-				t.Fatalf("%d spans", len(spans))
-			}
-			// a ended first (its end hook ran first), and b's span is a's
-			// child, as b's start hook ran in a's context.
-			childOf(t, "second span", spans[1], spans[0].SpanContext())
-			if c.span == spanGuard && (str(spans[0], attrGuard) != "a" || str(spans[1], attrGuard) != "b") {
-				t.Errorf("guards %q, %q", str(spans[0], attrGuard), str(spans[1], attrGuard))
-			}
-		})
-	}
+	eachComponent(t, func(t *testing.T, c component, r *rig) {
+		a, b := r.tel.For("a"), r.tel.For("b")
+		ctx := c.start(b, c.start(a, context.Background()))
+		c.end(a, ctx)
+		c.end(b, ctx)
+		spans := r.ended(c.span)
+		if len(spans) != 2 {
+			t.Fatalf("%d spans", len(spans))
+		}
+		// a ended first (its end hook ran first), and b's span is a's
+		// child, as b's start hook ran in a's context.
+		childOf(t, "second span", spans[1], spans[0].SpanContext())
+		if c.span == spanGuard && (str(spans[0], attrGuard) != "a" || str(spans[1], attrGuard) != "b") {
+			t.Errorf("guards %q, %q", str(spans[0], attrGuard), str(spans[1], attrGuard))
+		}
+	})
 }
 
 // An end hook whose start hook did not run (a component calling only end
 // hooks) still reports: a span of no length, a child of its context.
 func TestEndWithoutStart(t *testing.T) {
 	t.Parallel()
-	for _, c := range components {
-		t.Run(c.span, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t, nil)
-			ctx, caller := r.tp.Tracer("app").Start(context.Background(), "caller")
-			c.end(r.tel, ctx)
-			caller.End()
-			spans := r.ended(c.span)
-			if len(spans) != 1 {
-				t.Fatalf("%d spans", len(spans))
-			}
-			childOf(t, "span", spans[0], caller.SpanContext())
-			if n := len(r.points(t)); n == 0 {
-				t.Error("no measurement")
-			}
-		})
-	}
+	eachComponent(t, func(t *testing.T, c component, r *rig) {
+		ctx, caller := r.tp.Tracer("app").Start(context.Background(), "caller")
+		c.end(r.tel, ctx)
+		caller.End()
+		spans := r.ended(c.span)
+		if len(spans) != 1 {
+			t.Fatalf("%d spans", len(spans))
+		}
+		childOf(t, "span", spans[0], caller.SpanContext())
+		if n := len(r.points(t)); n == 0 {
+			t.Error("no measurement")
+		}
+	})
 }
 
 // A nil context is taken for context.Background, as components never pass
