@@ -131,10 +131,12 @@
 // with the [Event]'s outcome, status and duration. The same hooks go to
 // the Guard underneath, so one implementing idem.DoStartHook or
 // idem.DoEndHook sees each execution attempt, and the handler's context
-// carries what its start hook added. contrib/idemprom's Metrics and
-// contrib/idemotel's Telemetry implement all of them:
+// carries what its start hook added. contrib/idemprom's Metrics implements
+// the end hooks, contrib/idemotel's Telemetry the start and end hooks (its
+// request span is the parent of the Guard's, which is the parent of the
+// handler's spans):
 //
-//	mw, err := idemhttp.New(store, &idemhttp.Config{Hooks: []idem.Hook{metrics, tel}})
+//	mw, err := idemhttp.New(store, &idemhttp.Config{Hooks: []idem.Hook{metrics.For("api"), tel.For("api")}})
 //
 // # Proxy
 //

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -60,6 +61,42 @@ func ExampleMiddleware() {
 	// 422  {"type":"https://idem-go.dev/problems/key-reused","title":"Idempotency-Key reused with a different request","status":422,"detail":"this key was already used with a different method, path, body or significant header","code":"idempotency_key_reused"}
 	// 400  {"type":"https://idem-go.dev/problems/key-missing","title":"Idempotency-Key required","status":400,"detail":"this endpoint requires an Idempotency-Key header","code":"idempotency_key_missing"}
 	// charges: 1
+}
+
+// accessLog is a hook of your own: an idemhttp.RequestEndHook that logs
+// each request the middleware handled. The same value could implement the
+// start hook too, or idem.DoEndHook for the Guard's executions.
+type accessLog struct{}
+
+func (accessLog) OnRequestEnd(_ context.Context, ev idemhttp.Event) {
+	fmt.Println(ev.Request.Method, ev.Request.Pattern, ev.Outcome, ev.Status, len(ev.ScopeHash))
+}
+
+// Observe the middleware with hooks: your own beside contrib/idemprom's
+// Metrics and contrib/idemotel's Telemetry (Hooks: []idem.Hook{metrics,
+// tel, accessLog{}}).
+func ExampleConfig_hooks() {
+	mw, err := idemhttp.New(idemtest.NewMemoryStore(nil), &idemhttp.Config{
+		Principal:       idemhttp.PrincipalFromHeader("X-User"),
+		AllowNonDurable: true,
+		Hooks:           []idem.Hook{accessLog{}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	})))
+	for range 2 {
+		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{}`))
+		r.Header.Set("X-User", "alice")
+		r.Header.Set("Idempotency-Key", `"pay-1"`)
+		mux.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	// Output:
+	// POST POST /payments processed 201 16
+	// POST POST /payments duplicate 201 16
 }
 
 // Callers that build their own responses use Check and the Guard directly.

@@ -160,8 +160,8 @@ type Config struct {
 	// the handler panics. The same hooks are the underlying idem.Guard's:
 	// one implementing idem.DoStartHook or idem.DoEndHook sees every
 	// execution attempt, with its heartbeat counts, and the handler's
-	// context carries what its start hook added. contrib/idemprom and
-	// contrib/idemotel implement all of them.
+	// context carries what its start hook added. contrib/idemprom
+	// implements the end hooks, contrib/idemotel all of them.
 	Hooks []idem.Hook
 	// Logger receives failures that cannot be reported to the client
 	// because the response was already sent. Default slog.Default().
