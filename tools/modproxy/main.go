@@ -30,7 +30,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/mod/modfile"
+	"github.com/idem-go/idem/tools/internal/work"
 	"golang.org/x/mod/module"
 	"golang.org/x/mod/semver"
 	modzip "golang.org/x/mod/zip"
@@ -45,7 +45,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("modproxy", flag.ContinueOnError)
-	work := fs.String("work", "go.work", "the workspace file whose replace block names the published modules")
+	workFile := fs.String("work", "go.work", "the workspace file whose replace block names the published modules")
 	out := fs.String("out", "", "the proxy directory to write (created if missing)")
 	version := fs.String("version", "", "publish every module at this version (default: the version in go.work's replace block)")
 	if err := fs.Parse(args); err != nil {
@@ -57,7 +57,11 @@ func run(args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	mods, err := published(*work)
+	wf, err := work.Read(*workFile)
+	if err != nil {
+		return err
+	}
+	mods, err := wf.Published()
 	if err != nil {
 		return err
 	}
@@ -74,48 +78,10 @@ func run(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// mod is one published module: its path and version, and where it lives.
-type mod struct {
-	Path, Version, Dir string
-}
+// mod is one published module.
+type mod = work.Module
 
-func (m mod) mv() module.Version { return module.Version{Path: m.Path, Version: m.Version} }
-
-// published reads the workspace file and returns the modules its replace
-// block maps from a version to a directory, checking that each directory
-// holds that module.
-func published(workFile string) ([]mod, error) {
-	data, err := os.ReadFile(workFile)
-	if err != nil {
-		return nil, err
-	}
-	wf, err := modfile.ParseWork(workFile, data, nil)
-	if err != nil {
-		return nil, err
-	}
-	var mods []mod
-	for _, r := range wf.Replace {
-		if r.Old.Version == "" || r.New.Version != "" || !modfile.IsDirectoryPath(r.New.Path) {
-			continue
-		}
-		dir := r.New.Path
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(filepath.Dir(workFile), dir)
-		}
-		gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", r.Old.Path, r.Old.Version, err)
-		}
-		if got := modfile.ModulePath(gomod); got != r.Old.Path {
-			return nil, fmt.Errorf("%s: go.work replaces %s with it, but its go.mod says module %q", dir, r.Old.Path, got)
-		}
-		mods = append(mods, mod{Path: r.Old.Path, Version: r.Old.Version, Dir: dir})
-	}
-	if len(mods) == 0 {
-		return nil, fmt.Errorf("%s: no replace directive maps a module version to a directory", workFile)
-	}
-	return mods, nil
-}
+func mv(m mod) module.Version { return module.Version{Path: m.Path, Version: m.Version} }
 
 // write adds m to the proxy directory out.
 func write(out string, m mod, t time.Time) error {
@@ -167,7 +133,7 @@ func writeZip(name string, m mod) error {
 	if err != nil {
 		return err
 	}
-	err = modzip.CreateFromDir(f, m.mv(), m.Dir)
+	err = modzip.CreateFromDir(f, mv(m), m.Dir)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

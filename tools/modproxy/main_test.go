@@ -28,7 +28,7 @@ func checkout(t *testing.T, files map[string]string) string {
 	return root
 }
 
-const work = `go 1.26.0
+const goWork = `go 1.26.0
 
 use (
 	.
@@ -45,7 +45,7 @@ replace (
 
 func sample(t *testing.T) string {
 	return checkout(t, map[string]string{
-		"go.work":            work,
+		"go.work":            goWork,
 		"go.mod":             "module example.com/Root\n\ngo 1.26\n",
 		"root.go":            "package root\n",
 		"docs/a.md":          "doc\n",
