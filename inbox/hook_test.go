@@ -27,6 +27,11 @@ type memoryBackend struct {
 	panics     map[int64]bool
 	releaseErr error
 	fails      []inboxdriver.FailRequest
+	// extendErrs fail the first heartbeats; dropped rows are reported lost
+	// by every heartbeat.
+	extendErrs int
+	dropped    map[int64]bool
+	extends    int
 }
 
 func (b *memoryBackend) Claim(_ context.Context, req inboxdriver.ClaimRequest) ([]Row, error) {
@@ -56,9 +61,17 @@ func (b *memoryBackend) Fail(_ context.Context, req inboxdriver.FailRequest) err
 }
 
 func (b *memoryBackend) Extend(_ context.Context, ls []inboxdriver.Lease, _ time.Duration) ([]int64, error) {
-	ids := make([]int64, len(ls))
-	for i, l := range ls {
-		ids[i] = l.ID
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.extends++
+	if b.extends <= b.extendErrs {
+		return nil, idem.Retryable(errors.New("database busy"))
+	}
+	var ids []int64
+	for _, l := range ls {
+		if !b.dropped[l.ID] {
+			ids = append(ids, l.ID)
+		}
 	}
 	return ids, nil
 }
@@ -272,5 +285,49 @@ func TestFailRequests(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("fail requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The heartbeat extends the leases of a batch every Lease/3: failed
+// heartbeats are retried, and a row whose lease is found lost has its run
+// cancelled with idem.ErrLeaseLost while the other rows go on.
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+	b := &memoryBackend{rows: []Row{hookRow(1, "slow", 0), hookRow(2, "slow", 0)}, extendErrs: 2, dropped: map[int64]bool{1: true}}
+	var saw []string
+	w, log := newHookWorker(t, b, &saw)
+	w.cfg.Lease = 30 * time.Millisecond
+	var causes []error
+	if err := w.Handle("slow", func(ctx context.Context, _ struct{}, m Message) error {
+		select {
+		case <-ctx.Done():
+			causes = append(causes, context.Cause(ctx))
+			return ctx.Err()
+		case <-time.After(150 * time.Millisecond): // several heartbeats
+			return nil
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(causes) != 1 || !errors.Is(causes[0], idem.ErrLeaseLost) {
+		t.Fatalf("cancellation causes %v, want one lost lease", causes)
+	}
+	want := []string{"a end m1 lease_lost [a b]", "a end m2 processed [a b]"}
+	var got []string
+	for _, l := range *log {
+		if strings.HasPrefix(l, "a end") {
+			got = append(got, l)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("runs ended %q, want %q", got, want)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.extends < 4 {
+		t.Errorf("%d heartbeats, want the failed ones retried", b.extends)
 	}
 }

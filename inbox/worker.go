@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox/inboxdriver"
+	"github.com/idem-go/idem/internal/keeper"
 	"github.com/idem-go/idem/retry"
 )
 
@@ -363,10 +364,12 @@ func (w *Worker[Tx]) runBatch(ctx context.Context, rows []Row) {
 	for _, r := range rows {
 		bl.held[r.ID] = r.Token
 	}
-	hbDone := make(chan struct{})
-	hbQuit := make(chan struct{})
-	go w.heartbeat(ctx, bl, hbQuit, hbDone)
-	defer func() { close(hbQuit); <-hbDone }()
+	// The batch as a whole is never lost (ErrLost is a sentinel no Extend
+	// returns) and a failing database is retried until the rows' leases
+	// expire (GiveUp < 0): extend cancels the run of each row found lost.
+	k := keeper.Start(ctx, keeper.Config{Lease: w.cfg.Lease, GiveUp: -1, ErrLost: errBatchNeverLost,
+		Extend: func(ctx context.Context) error { return w.extend(ctx, bl) }, Logger: w.log, LogPrefix: "inbox"})
+	defer k.Stop()
 	for i, r := range rows {
 		if w.isStopping() || ctx.Err() != nil {
 			w.release(ctx, bl, rows[i:], nil)
@@ -387,45 +390,39 @@ func (w *Worker[Tx]) runBatch(ctx context.Context, rows []Row) {
 	}
 }
 
-func (w *Worker[Tx]) heartbeat(ctx context.Context, bl *batchLeases, quit <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(w.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-quit:
-			return
-		case <-t.C:
-		}
-		ls := bl.list()
-		if len(ls) == 0 {
-			continue
-		}
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease/3)
-		kept, err := w.b.Extend(hctx, ls, w.cfg.Lease)
-		cancel()
-		if err != nil {
-			// The rows stay leased until their expiry; if the database stays
-			// unreachable, completes fail and the rows come back later.
-			w.log.WarnContext(ctx, "inbox: heartbeat failed", "err", err)
-			continue
-		}
-		keep := make(map[int64]bool, len(kept))
-		for _, id := range kept {
-			keep[id] = true
-		}
-		bl.mu.Lock()
-		for _, l := range ls {
-			if keep[l.ID] {
-				continue
-			}
-			if c := bl.cancel[l.ID]; c != nil {
-				c(fmt.Errorf("inbox: row %d: %w", l.ID, idem.ErrLeaseLost))
-			}
-			delete(bl.held, l.ID)
-		}
-		bl.mu.Unlock()
+// errBatchNeverLost is the keeper's ErrLost for a batch: no Extend returns
+// it, so a batch's keeper only ends when the batch is done.
+var errBatchNeverLost = errors.New("inbox: batch lease lost")
+
+// extend is one heartbeat of a batch: it extends the leases of the rows not
+// finished yet and cancels the run of each row whose lease was lost.
+func (w *Worker[Tx]) extend(ctx context.Context, bl *batchLeases) error {
+	ls := bl.list()
+	if len(ls) == 0 {
+		return nil
 	}
+	kept, err := w.b.Extend(ctx, ls, w.cfg.Lease)
+	if err != nil {
+		// The rows stay leased until their expiry; if the database stays
+		// unreachable, completes fail and the rows come back later.
+		return fmt.Errorf("extend %d leases: %w", len(ls), err)
+	}
+	keep := make(map[int64]bool, len(kept))
+	for _, id := range kept {
+		keep[id] = true
+	}
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	for _, l := range ls {
+		if keep[l.ID] {
+			continue
+		}
+		if c := bl.cancel[l.ID]; c != nil {
+			c(fmt.Errorf("inbox: row %d: %w", l.ID, idem.ErrLeaseLost))
+		}
+		delete(bl.held, l.ID)
+	}
+	return nil
 }
 
 // release gives back the rows of a batch and reports them released; with
