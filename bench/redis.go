@@ -212,7 +212,10 @@ func redisStore(ctx context.Context, env *Env) (*idemredis.Store, *redis.Client,
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := idemredis.New(ctx, client, &idemredis.Config{Prefix: "idembench:" + env.Prefix + ":", AbandonedRetention: redisTTL})
+	store, err := idemredis.New(client, &idemredis.Config{Prefix: "idembench:" + env.Prefix + ":", AbandonedRetention: redisTTL})
+	if err == nil {
+		err = store.Ping(ctx)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -37,7 +37,7 @@ func TestRedisProcessBatch(t *testing.T) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "idemkafka-test:" + hex.EncodeToString(b[:]) + ":"
-	store, err := idemredis.New(context.Background(), client, &idemredis.Config{Prefix: prefix, Logger: quiet})
+	store, err := idemredis.New(client, &idemredis.Config{Prefix: prefix, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

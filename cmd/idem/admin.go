@@ -510,9 +510,9 @@ const (
 	probeKey   = "probe"
 )
 
-// storeReady checks that store is reachable and usable: for PostgreSQL,
-// (*idempgx.Store).Check (the server answers, the schema is fully
-// migrated); for SQLite, the migration version; then, for every store, a
+// storeReady checks that store is reachable and usable: for PostgreSQL
+// and SQLite, the store's Ping (the database answers, the schema is fully
+// migrated); then, for every store, a
 // Get of a reserved probe key, which must find nothing or a record, so the
 // records table exists and can be read. Redis has no schema: the Get is a
 // round trip to the server.
@@ -520,20 +520,12 @@ func storeReady(store idem.Store) readyCheck {
 	return readyCheck{Name: "store", Check: func(ctx context.Context) error {
 		switch s := store.(type) {
 		case *idempgx.Store:
-			if err := s.Check(ctx); err != nil {
+			if err := s.Ping(ctx); err != nil {
 				return err
 			}
 		case *idemsqlite.Store:
-			m, err := idemsqlite.NewMigrator(s.DB())
-			if err != nil {
+			if err := s.Ping(ctx); err != nil {
 				return err
-			}
-			v, err := m.Version(ctx)
-			if err != nil {
-				return err
-			}
-			if v < idemsqlite.LatestVersion() {
-				return &idemsqlite.NotMigratedError{Path: s.Path(), Version: v, Latest: idemsqlite.LatestVersion()}
 			}
 		}
 		_, err := store.Get(ctx, probeScope, probeKey)

@@ -123,7 +123,7 @@ func openPostgres(ctx context.Context, cfg storeConfig) (idem.Store, func() erro
 	closeFn := func() error { pool.Close(); return nil }
 	s, err := idempgx.New(pool, pgConfig(cfg))
 	if err == nil {
-		err = s.Check(ctx)
+		err = s.Ping(ctx)
 	}
 	if err != nil {
 		pool.Close()

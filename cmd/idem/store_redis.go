@@ -260,7 +260,10 @@ func openRedis(ctx context.Context, cfg storeConfig) (idem.Store, func() error, 
 		return nil, nil, fmt.Errorf("cannot connect to Redis at %v: %v; check that the server is running and that --store (IDEM_STORE) is right",
 			opt.InitAddress, err)
 	}
-	s, err := idemredis.New(ctx, client, &scfg)
+	s, err := idemredis.New(client, &scfg)
+	if err == nil {
+		err = s.Ping(ctx)
+	}
 	if err != nil {
 		client.Close()
 		if errors.Is(err, idem.ErrInvalidConfig) || errors.Is(err, idemredis.ErrEvictionPolicy) {

@@ -85,7 +85,7 @@
 //     warning; claims still queue in the store, so a holder waits behind at
 //     most the one claim that has the connection, not behind the burst.
 //   - The reserve counts the store's own calls. Process, ProcessBatch, the
-//     inbox, Check and your own queries on the pool are not held back; if
+//     inbox, Ping and your own queries on the pool are not held back; if
 //     they can fill the pool, raise MaxConns by what they use or
 //     give the Guard's Store a pool of its own (two Stores may share a
 //     schema).
@@ -118,9 +118,10 @@
 // Each migration runs in its own transaction under an advisory lock, so
 // replicas that migrate on start-up at the same time are safe. [Migrator.Status]
 // lists applied and pending versions; [SQL] prints a migration's SQL for teams
-// that run schema changes with their own tools. [Store.Check] reports an
+// that run schema changes with their own tools. [Store.Ping] reports an
 // unreachable server or a schema that is behind ([ErrNotMigrated]); call it
-// at start-up.
+// at start-up. As in every idem store, the constructor ([New]) validates
+// its configuration and does no I/O; Ping is what talks to the server.
 //
 // Config.Schema puts the tables in any schema; every statement names the
 // schema explicitly (quoted with pgx.Identifier), so search_path does not

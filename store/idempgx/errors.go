@@ -14,7 +14,7 @@ import (
 )
 
 // ErrNotMigrated reports a schema whose migrations are not (all) applied.
-// The error returned by [Store.Check] is a [*NotMigratedError] that wraps it.
+// The error returned by [Store.Ping] is a [*NotMigratedError] that wraps it.
 var ErrNotMigrated = errors.New("idempgx: postgres schema is not migrated")
 
 // NotMigratedError says which schema is behind and by how much.

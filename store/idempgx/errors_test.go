@@ -58,7 +58,7 @@ func TestUnreachableServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	err = s.Check(ctx)
+	err = s.Ping(ctx)
 	if err == nil {
 		t.Fatal("check against port 1 succeeded")
 	}

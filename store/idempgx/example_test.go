@@ -46,7 +46,7 @@ func ExampleStore_Process() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := store.Check(ctx); err != nil {
+	if err := store.Ping(ctx); err != nil {
 		log.Fatal(err)
 	}
 

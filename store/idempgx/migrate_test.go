@@ -53,7 +53,7 @@ func TestMigrateUpDownStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Check(ctx); err != nil {
+	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("check after up: %v", err)
 	}
 
@@ -68,7 +68,7 @@ func TestMigrateUpDownStatus(t *testing.T) {
 	if err := p.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename <> 'idem_migrations'", schema).Scan(&tables); err != nil || tables != 0 {
 		t.Fatalf("tables left after down: %d, %v", tables, err)
 	}
-	err = s.Check(ctx)
+	err = s.Ping(ctx)
 	var nm *idempgx.NotMigratedError
 	if !errors.Is(err, idempgx.ErrNotMigrated) || !errors.As(err, &nm) || nm.Version != 0 || nm.Want != latest {
 		t.Fatalf("check after down = %v; want NotMigratedError at 0", err)
@@ -90,7 +90,7 @@ func TestMigrateCreatesSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := idempgx.New(p, &idempgx.Config{Schema: schema})
-	if err := s.Check(ctx); err != nil {
+	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -123,7 +123,7 @@ func TestMigrateConcurrentUp(t *testing.T) {
 		t.Fatalf("8 concurrent migrators applied %v; want each migration exactly once", applied)
 	}
 	s, _ := idempgx.New(p, &idempgx.Config{Schema: schema})
-	if err := s.Check(ctx); err != nil {
+	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -170,7 +170,7 @@ func TestCheckNotMigrated(t *testing.T) {
 	schema := newSchema(t)
 	ctx := ctxT(t)
 	s, _ := idempgx.New(testPool(t), &idempgx.Config{Schema: schema})
-	err := s.Check(ctx)
+	err := s.Ping(ctx)
 	if !errors.Is(err, idempgx.ErrNotMigrated) {
 		t.Fatalf("check of empty schema = %v; want ErrNotMigrated", err)
 	}

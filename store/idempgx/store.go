@@ -76,7 +76,7 @@ var (
 )
 
 // New returns a Store over pool. It does not touch the database; call
-// [Store.Check] at start-up to fail early on an unreachable server or an
+// [Store.Ping] at start-up to fail early on an unreachable server or an
 // unmigrated schema.
 func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if pool == nil {
@@ -130,17 +130,17 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // Config returns the effective configuration, defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
 
-// Check verifies that the server is reachable and the schema is fully
+// Ping verifies that the server is reachable and the schema is fully
 // migrated. It returns a [*NotMigratedError] (wrapping [ErrNotMigrated]) for
 // a schema that is behind.
-func (s *Store) Check(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) error {
 	m, err := NewMigrator(s.pool, &MigratorConfig{Schema: s.schema})
 	if err != nil {
 		return err
 	}
 	v, err := m.Version(ctx)
 	if err != nil {
-		return fmt.Errorf("idempgx: check %s: %w", redactedTarget(s.pool), err)
+		return fmt.Errorf("idempgx: ping %s: %w", redactedTarget(s.pool), err)
 	}
 	if v < LatestVersion() {
 		return &NotMigratedError{Schema: s.schema, Version: v, Want: LatestVersion()}

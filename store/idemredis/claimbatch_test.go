@@ -195,7 +195,7 @@ func TestBatchesServerGone(t *testing.T) {
 	c := clientAt(t, addr)
 	// Not newStore: its cleanup deletes the test's keys, from a server that
 	// will be gone.
-	s, err := idemredis.New(context.Background(), c, &idemredis.Config{Logger: quietLogger()})
+	s, err := idemredis.New(c, &idemredis.Config{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

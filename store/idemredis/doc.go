@@ -4,10 +4,13 @@
 // transaction. It works on a single Redis server and on Redis Cluster.
 //
 //	client, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
-//	store, err := idemredis.New(ctx, client, &idemredis.Config{Strict: true})
+//	store, err := idemredis.New(client, &idemredis.Config{Strict: true})
+//	err = store.Ping(ctx) // at start-up: servers reachable, noeviction
 //	guard := idem.NewGuard(store, nil)
 //
 // The store takes the application's own [rueidis.Client] and never closes it.
+// [New] does no I/O (like every idem store's constructor); [Store.Ping]
+// talks to the servers.
 //
 // # Durability
 //
@@ -171,7 +174,7 @@
 //
 // # Memory and eviction
 //
-// An evicted record is a silent duplicate, so [New] reads maxmemory-policy
+// An evicted record is a silent duplicate, so [Store.Ping] reads maxmemory-policy
 // on every node the client knows: anything but noeviction, or a server
 // that hides CONFIG (common on managed services), is logged as a warning,
 // or is an [ErrEvictionPolicy] error with [Config.Strict]. When Redis is

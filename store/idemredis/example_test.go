@@ -30,11 +30,14 @@ func Example() {
 	defer client.Close()
 
 	ctx := context.Background()
-	store, err := idemredis.New(ctx, client, &idemredis.Config{
+	store, err := idemredis.New(client, &idemredis.Config{
 		Prefix: "example:" + fmt.Sprint(time.Now().UnixNano()) + ":",
 		Strict: true, // refuse a server that may evict records
 	})
 	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Ping(ctx); err != nil { // New does no I/O; Ping checks the server
 		log.Fatal(err)
 	}
 	guard := idem.NewGuard(store, &idem.GuardConfig{Retention: time.Minute})
@@ -74,7 +77,7 @@ func ExampleStore_ClaimBatch() {
 	}
 	defer client.Close()
 	ctx := context.Background()
-	store, err := idemredis.New(ctx, client, &idemredis.Config{Prefix: "example:" + fmt.Sprint(time.Now().UnixNano()) + ":"})
+	store, err := idemredis.New(client, &idemredis.Config{Prefix: "example:" + fmt.Sprint(time.Now().UnixNano()) + ":"})
 	if err != nil {
 		log.Fatal(err)
 	}

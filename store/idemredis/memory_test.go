@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemtest/faultnet"
 	"github.com/idem-go/idem/store/idemredis"
+	"github.com/redis/rueidis"
 )
 
 // An OOM write error fails closed: the claim returns ErrOutOfMemory (marked
@@ -21,7 +23,10 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	t.Parallel()
 	addr := startRedis(t, "--maxmemory-policy", "noeviction")
 	c := clientAt(t, addr)
-	s, err := idemredis.New(context.Background(), c, &idemredis.Config{Strict: true, Logger: quietLogger()})
+	s, err := idemredis.New(c, &idemredis.Config{Strict: true, Logger: quietLogger()})
+	if err == nil {
+		err = s.Ping(context.Background())
+	}
 	if err != nil {
 		t.Fatalf("New on a noeviction server in strict mode: %v", err)
 	}
@@ -92,7 +97,7 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	}
 }
 
-// logSink collects log output; New logs from the calling goroutine only.
+// logSink collects log output; Ping logs from the calling goroutine only.
 type logSink struct{ bytes.Buffer }
 
 func TestEvictionPolicyCheck(t *testing.T) {
@@ -102,26 +107,63 @@ func TestEvictionPolicyCheck(t *testing.T) {
 	evicting := clientAt(t, startRedis(t, "--maxmemory-policy", "allkeys-lru"))
 	var logs logSink
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	if _, err := idemredis.New(ctx, evicting, &idemredis.Config{Logger: logger}); err != nil {
-		t.Fatalf("New on an evicting server without Strict must only warn: %v", err)
+	if err := newAndPing(ctx, evicting, &idemredis.Config{Logger: logger}); err != nil {
+		t.Fatalf("Ping on an evicting server without Strict must only warn: %v", err)
 	}
 	if !strings.Contains(logs.String(), "allkeys-lru") || !strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("want a warning naming the policy, got log %q", logs.String())
 	}
-	if _, err := idemredis.New(ctx, evicting, &idemredis.Config{Strict: true, Logger: logger}); !errors.Is(err, idemredis.ErrEvictionPolicy) {
-		t.Errorf("New on an evicting server in strict mode: want ErrEvictionPolicy, got %v", err)
+	if err := newAndPing(ctx, evicting, &idemredis.Config{Strict: true, Logger: logger}); !errors.Is(err, idemredis.ErrEvictionPolicy) {
+		t.Errorf("Ping on an evicting server in strict mode: want ErrEvictionPolicy, got %v", err)
 	}
 
 	// Managed services often hide CONFIG: unknown is treated like unsafe.
 	hidden := clientAt(t, startRedis(t, "--rename-command", "CONFIG", ""))
 	logs.Reset()
-	if _, err := idemredis.New(ctx, hidden, &idemredis.Config{Logger: logger}); err != nil {
-		t.Fatalf("New without CONFIG and without Strict must only warn: %v", err)
+	if err := newAndPing(ctx, hidden, &idemredis.Config{Logger: logger}); err != nil {
+		t.Fatalf("Ping without CONFIG and without Strict must only warn: %v", err)
 	}
 	if !strings.Contains(logs.String(), "cannot read maxmemory-policy") {
 		t.Errorf("want a warning that the policy is unknown, got log %q", logs.String())
 	}
-	if _, err := idemredis.New(ctx, hidden, &idemredis.Config{Strict: true, Logger: logger}); !errors.Is(err, idemredis.ErrEvictionPolicy) {
-		t.Errorf("New without CONFIG in strict mode: want ErrEvictionPolicy, got %v", err)
+	if err := newAndPing(ctx, hidden, &idemredis.Config{Strict: true, Logger: logger}); !errors.Is(err, idemredis.ErrEvictionPolicy) {
+		t.Errorf("Ping without CONFIG in strict mode: want ErrEvictionPolicy, got %v", err)
+	}
+}
+
+// newAndPing is New, which does no I/O, then Ping, which checks the server.
+func newAndPing(ctx context.Context, c rueidis.Client, cfg *idemredis.Config) error {
+	s, err := idemredis.New(c, cfg)
+	if err != nil {
+		return err
+	}
+	return s.Ping(ctx)
+}
+
+// New does no I/O, so it succeeds while the server is down; Ping reports it.
+func TestPingDeadServer(t *testing.T) {
+	t.Parallel()
+	relay, err := faultnet.Start(startRedis(t, "--maxmemory-policy", "noeviction"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relay.Close() })
+	c := clientAt(t, relay.Addr())
+	s, err := idemredis.New(c, &idemredis.Config{Strict: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping on a live noeviction server: %v", err)
+	}
+	relay.Set(faultnet.Fault{Refuse: true})
+	relay.CloseConns()
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping with the server unreachable: want an error")
+	}
+	if _, err := idemredis.New(c, nil); err != nil {
+		t.Fatalf("New with the server unreachable: %v (it must not touch the server)", err)
 	}
 }

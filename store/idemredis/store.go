@@ -71,8 +71,8 @@ type Config struct {
 	// and extends every ProcessLease/3 while its handler runs. Default
 	// DefaultProcessLease.
 	ProcessLease time.Duration
-	// Strict makes New fail when a server's maxmemory-policy is not
-	// noeviction or cannot be read. Otherwise New logs a warning.
+	// Strict makes Ping fail when a server's maxmemory-policy is not
+	// noeviction or cannot be read. Otherwise Ping logs a warning.
 	Strict bool
 	// Logger receives the start-up configuration warnings.
 	// Default slog.Default().
@@ -89,6 +89,7 @@ type Store struct {
 	abandonMS string
 	floorMS   string
 	logger    *slog.Logger
+	strict    bool
 	// processLease is Config.ProcessLease.
 	processLease time.Duration
 	// lease caches the formatted lease of the latest claim: callers almost
@@ -116,9 +117,9 @@ var (
 )
 
 // New returns a Store over client, which the caller owns and closes. It
-// reads maxmemory-policy from every node the client knows (see
-// [Config.Strict]). cfg may be nil.
-func New(ctx context.Context, client rueidis.Client, cfg *Config) (*Store, error) {
+// validates cfg and does no I/O: call [Store.Ping] at start-up to check the
+// servers and their maxmemory-policy. cfg may be nil.
+func New(client rueidis.Client, cfg *Config) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("idemredis: nil client: %w", idem.ErrInvalidConfig)
 	}
@@ -159,10 +160,21 @@ func New(ctx context.Context, client rueidis.Client, cfg *Config) (*Store, error
 	if client.Mode() != rueidis.ClientModeCluster && c.MaxBatch > 1 {
 		s.newBatchers(c.MaxBatch)
 	}
-	if err := s.checkEvictionPolicy(ctx, c.Strict); err != nil {
-		return nil, err
-	}
+	s.strict = c.Strict
 	return s, nil
+}
+
+// Ping checks that every node the client knows answers and reads its
+// maxmemory-policy: a policy that may evict keys is logged, or with
+// [Config.Strict] is an error wrapping [ErrEvictionPolicy] (as is a policy
+// that cannot be read).
+func (s *Store) Ping(ctx context.Context) error {
+	for addr, node := range s.client.Nodes() {
+		if err := node.Do(ctx, node.B().Ping().Build()).Error(); err != nil {
+			return s.wrap("ping "+addr, err)
+		}
+	}
+	return s.checkEvictionPolicy(ctx, s.strict)
 }
 
 // Durable reports true: within Redis's own persistence settings the records

@@ -100,7 +100,7 @@ func newStore(t testing.TB, c rueidis.Client, cfg *idemredis.Config) *idemredis.
 	if conf.Logger == nil {
 		conf.Logger = quietLogger()
 	}
-	s, err := idemredis.New(context.Background(), c, &conf)
+	s, err := idemredis.New(c, &conf)
 	if err != nil {
 		t.Fatalf("idemredis.New: %v", err)
 	}
@@ -175,12 +175,12 @@ func TestPrefixWithBracesRejected(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
 	for _, p := range []string{"a{b", "a}b", "{x}:"} {
-		_, err := idemredis.New(context.Background(), c, &idemredis.Config{Prefix: p, Logger: quietLogger()})
+		_, err := idemredis.New(c, &idemredis.Config{Prefix: p, Logger: quietLogger()})
 		if !errors.Is(err, idem.ErrInvalidConfig) {
 			t.Errorf("prefix %q: want ErrInvalidConfig, got %v", p, err)
 		}
 	}
-	if _, err := idemredis.New(context.Background(), nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+	if _, err := idemredis.New(nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Errorf("nil client: want ErrInvalidConfig, got %v", err)
 	}
 }

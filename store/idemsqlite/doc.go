@@ -21,6 +21,13 @@
 // *sql.DB you opened yourself; [OpenDB] gives you one with the right
 // settings.
 //
+// The rule of every idem store: a constructor does no I/O, and Ping(ctx)
+// checks the database. [New] validates its configuration only; call
+// [Store.Ping] at start-up to fail early on a database that is not
+// migrated. Opening a file is I/O, so [Open] takes a context and does it
+// all: opens the file, applies migrations with Config.AutoMigrate, and
+// pings.
+//
 // # Migrations
 //
 // The schema lives in embedded, numbered files (migration/NNN_name.up.sql

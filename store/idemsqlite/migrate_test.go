@@ -2,6 +2,7 @@ package idemsqlite
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,8 +52,12 @@ func TestMigrator(t *testing.T) {
 	if v, err := m.Version(ctx); err != nil || v != LatestVersion() {
 		t.Errorf("Version after Up = %d, %v", v, err)
 	}
-	if _, err := New(db, nil); err != nil {
-		t.Errorf("New after Up: %v", err)
+	store, err := New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Ping(ctx); err != nil {
+		t.Errorf("Ping after Up: %v", err)
 	}
 
 	if _, err := m.Down(ctx, 0); err == nil {
@@ -72,8 +77,8 @@ func TestMigrator(t *testing.T) {
 	if res, err := m.Down(ctx, 100); err != nil || len(res.Versions) != LatestVersion()-1 {
 		t.Errorf("Down past the start = %+v, %v", res, err)
 	}
-	if _, err := New(db, nil); err == nil {
-		t.Error("New after Down: want ErrNotMigrated")
+	if err := store.Ping(ctx); !errors.Is(err, ErrNotMigrated) {
+		t.Errorf("Ping after Down: got %v, want ErrNotMigrated", err)
 	}
 	// Up again after a full Down: the down SQL really reverted everything.
 	if res, err := m.Up(ctx); err != nil || len(res.Versions) != LatestVersion() {

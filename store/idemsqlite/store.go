@@ -21,9 +21,10 @@ type Config struct {
 	MaxResultBytes int
 	// Logger receives store diagnostics. Default slog.Default().
 	Logger *slog.Logger
-	// AutoMigrate applies pending migrations when the store is opened.
-	// Without it, opening a database that is not fully migrated fails with
+	// AutoMigrate makes [Open] apply pending migrations. Without it, Open
+	// (and [Store.Ping]) fails on a database that is not fully migrated with
 	// an error wrapping [ErrNotMigrated] that names the command to run.
+	// [New] does no I/O and refuses it: migrate with [NewMigrator].
 	AutoMigrate bool
 }
 
@@ -42,6 +43,7 @@ const DefaultPurgeBatch = 1000
 type Store struct {
 	db        *sql.DB
 	ownDB     bool
+	pathOnce  sync.Once
 	path      string
 	maxResult int
 	logger    *slog.Logger
@@ -80,14 +82,31 @@ var (
 
 // Open opens (creating if needed) the SQLite database of dsn —
 // "sqlite://path/to/file.db" or a plain path — with WAL, busy_timeout,
-// foreign keys and BEGIN IMMEDIATE transactions, and checks that its
-// migrations are applied (or applies them with Config.AutoMigrate).
+// foreign keys and BEGIN IMMEDIATE transactions, applies pending migrations
+// with Config.AutoMigrate, and then checks the schema as [Store.Ping] does.
+// Opening a file is I/O, so Open takes ctx; [New] over a *sql.DB does none.
 func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	auto := c.AutoMigrate
+	c.AutoMigrate = false
 	db, err := OpenDB(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
-	s, err := newStore(ctx, db, cfg)
+	s, err := New(db, &c)
+	if err == nil && auto {
+		m, _ := NewMigrator(db)
+		var res MigrateResult
+		if res, err = m.Up(ctx); err == nil && len(res.Versions) > 0 {
+			s.logger.InfoContext(ctx, "idemsqlite: applied migrations", "path", s.Path(), "versions", res.Versions)
+		}
+	}
+	if err == nil {
+		err = s.Ping(ctx)
+	}
 	if err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
@@ -96,19 +115,17 @@ func Open(ctx context.Context, dsn string, cfg *Config) (*Store, error) {
 }
 
 // New returns a Store over a *sql.DB the caller opened and keeps ownership
-// of (Close does not close it). The database should be opened with
-// busy_timeout and _txlock=immediate like [OpenDB] does; the store's own
-// transactions begin with a write, so they wait for the lock even without
-// _txlock, but a caller's transaction handed to [Store.ProcessTx] after it
-// has read may fail with a retryable busy error.
+// of (Close does not close it). It validates cfg and does no I/O: call
+// [Store.Ping] at start-up to fail early on a database that is not
+// migrated. The database should be opened with busy_timeout and
+// _txlock=immediate like [OpenDB] does; the store's own transactions begin
+// with a write, so they wait for the lock even without _txlock, but a
+// caller's transaction handed to [Store.ProcessTx] after it has read may
+// fail with a retryable busy error.
 func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("idemsqlite: nil *sql.DB")
+		return nil, fmt.Errorf("%w: idemsqlite: nil *sql.DB", idem.ErrInvalidConfig)
 	}
-	return newStore(context.Background(), db, cfg)
-}
-
-func newStore(ctx context.Context, db *sql.DB, cfg *Config) (*Store, error) {
 	s := &Store{db: db, maxResult: idem.DefaultMaxResultBytes, logger: slog.Default(), now: time.Now,
 		claimReads: make(chan struct{}, 2)}
 	var c Config
@@ -118,31 +135,34 @@ func newStore(ctx context.Context, db *sql.DB, cfg *Config) (*Store, error) {
 	if c.MaxResultBytes < 0 {
 		return nil, fmt.Errorf("%w: idemsqlite: MaxResultBytes must not be negative, got %d", idem.ErrInvalidConfig, c.MaxResultBytes)
 	}
+	if c.AutoMigrate {
+		return nil, fmt.Errorf("%w: idemsqlite: New does no I/O, so it cannot AutoMigrate; use Open, or NewMigrator(db).Up", idem.ErrInvalidConfig)
+	}
 	if c.MaxResultBytes > 0 {
 		s.maxResult = c.MaxResultBytes
 	}
 	if c.Logger != nil {
 		s.logger = c.Logger
 	}
-	s.path = databasePath(ctx, db)
-	m, _ := NewMigrator(db)
-	if c.AutoMigrate {
-		res, err := m.Up(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if len(res.Versions) > 0 {
-			s.logger.InfoContext(ctx, "idemsqlite: applied migrations", "path", s.path, "versions", res.Versions)
-		}
+	return s, nil
+}
+
+// Ping checks that the database answers and that its migrations are all
+// applied: an error wrapping [ErrNotMigrated] (a [*NotMigratedError]) names
+// the command to run.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.checkOpen(); err != nil {
+		return err
 	}
+	m, _ := NewMigrator(s.db)
 	v, err := m.Version(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if v < LatestVersion() {
-		return nil, &NotMigratedError{Path: s.path, Version: v, Latest: LatestVersion()}
+		return &NotMigratedError{Path: s.Path(), Version: v, Latest: LatestVersion()}
 	}
-	return s, nil
+	return nil
 }
 
 // databasePath names the main database file, for error messages.
@@ -159,8 +179,12 @@ func databasePath(ctx context.Context, db *sql.DB) string {
 // transactional path in your own transactions.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Path returns the database file the store uses.
-func (s *Store) Path() string { return s.path }
+// Path returns the database file the store uses (read from the database
+// on first use).
+func (s *Store) Path() string {
+	s.pathOnce.Do(func() { s.path = databasePath(context.Background(), s.db) })
+	return s.path
+}
 
 // Durable reports true: committed records survive restarts and power loss
 // (synchronous=FULL in WAL mode).

@@ -197,12 +197,24 @@ func TestNewWithCallersDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := New(db, nil); !errors.Is(err, ErrNotMigrated) {
-		t.Fatalf("New on an unmigrated db: got %v", err)
+	// New does no I/O: it cannot migrate, and Ping reports the schema.
+	if _, err := New(db, &Config{AutoMigrate: true}); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Fatalf("New with AutoMigrate: got %v, want ErrInvalidConfig", err)
 	}
-	s, err := New(db, &Config{AutoMigrate: true})
+	s, err := New(db, nil)
 	if err != nil {
+		t.Fatalf("New on an unmigrated db: %v (it must not touch the db)", err)
+	}
+	var nm *NotMigratedError
+	if err := s.Ping(context.Background()); !errors.Is(err, ErrNotMigrated) || !errors.As(err, &nm) || nm.Version != 0 || nm.Path == "" {
+		t.Fatalf("Ping on an unmigrated db: got %v", err)
+	}
+	m, _ := NewMigrator(db)
+	if _, err := m.Up(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping after migrating: %v", err)
 	}
 	hammerClaims(t, []*Store{s}, 32, 5)
 	createEffects(t, db)
@@ -592,5 +604,33 @@ CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALL
 	var orphans int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM child`).Scan(&orphans); err != nil || orphans != 0 {
 		t.Fatalf("orphan rows = %d, %v: the failed transaction must not be committed later", orphans, err)
+	}
+}
+
+// Ping fails on a closed store and on a database that cannot answer.
+func TestPingFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newTestStore(t, nil)
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping on a migrated store: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, idem.ErrClosed) {
+		t.Fatalf("Ping after Close: got %v, want ErrClosed", err)
+	}
+	db, err := OpenDB(ctx, "sqlite://"+filepath.Join(t.TempDir(), "gone.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	if err := other.Ping(ctx); err == nil || errors.Is(err, ErrNotMigrated) {
+		t.Fatalf("Ping over a closed *sql.DB: got %v, want the database's error", err)
 	}
 }
