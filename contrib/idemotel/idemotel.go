@@ -116,8 +116,9 @@ type Options struct {
 	RecordErrorMessages bool
 }
 
-// Telemetry holds the instruments and the tracer for idem's hooks. Create
-// it with [New]; it is safe for concurrent use.
+// Telemetry holds the instruments and the tracer for idem's hooks, and is
+// a hook itself: pass it (or [Telemetry.For]) in the Hooks of every
+// component's Config. Create it with [New]; it is safe for concurrent use.
 type Telemetry struct {
 	tracer   trace.Tracer
 	route    bool

@@ -57,8 +57,9 @@ type Options struct {
 	Consumers []string
 }
 
-// Metrics holds the Prometheus collectors for idem's hooks. Create it with
-// [New]; it is safe for concurrent use.
+// Metrics holds the Prometheus collectors for idem's hooks, and is a hook
+// itself: pass it (or [Metrics.For]) in the Hooks of every component's
+// Config. Create it with [New]; it is safe for concurrent use.
 type Metrics struct {
 	route bool
 	guard string // the guard label of Guard calls (For)
