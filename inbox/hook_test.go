@@ -1,4 +1,4 @@
-package inbox
+package inbox_test
 
 import (
 	"context"
@@ -12,76 +12,10 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/inbox/inboxdriver"
+	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/inbox/inboxtest"
 	"github.com/idem-go/idem/retry"
 )
-
-// memoryBackend serves Worker.RunOnce from memory: Claim hands out rows,
-// Complete runs the handler unless the row is lost (or panics for a row in
-// panics), Release fails with releaseErr if set.
-type memoryBackend struct {
-	unusedBackend
-	mu         sync.Mutex
-	rows       []Row
-	lost       map[int64]bool
-	panics     map[int64]bool
-	releaseErr error
-	fails      []inboxdriver.FailRequest
-	// extendErrs fail the first heartbeats; dropped rows are reported lost
-	// by every heartbeat.
-	extendErrs int
-	dropped    map[int64]bool
-	extends    int
-}
-
-func (b *memoryBackend) Claim(_ context.Context, req inboxdriver.ClaimRequest) ([]Row, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := min(req.Limit, len(b.rows))
-	out := b.rows[:n]
-	b.rows = b.rows[n:]
-	return out, nil
-}
-
-func (b *memoryBackend) Complete(ctx context.Context, l inboxdriver.Lease, fn func(context.Context, struct{}) error) error {
-	if b.panics[l.ID] {
-		panic("backend bug")
-	}
-	if b.lost[l.ID] {
-		return fmt.Errorf("memory: row %d: %w", l.ID, idem.ErrLeaseLost)
-	}
-	return fn(ctx, struct{}{})
-}
-
-func (b *memoryBackend) Fail(_ context.Context, req inboxdriver.FailRequest) error {
-	b.mu.Lock()
-	b.fails = append(b.fails, req)
-	b.mu.Unlock()
-	return nil
-}
-
-func (b *memoryBackend) Extend(_ context.Context, ls []inboxdriver.Lease, _ time.Duration) ([]int64, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.extends++
-	if b.extends <= b.extendErrs {
-		return nil, idem.Retryable(errors.New("database busy"))
-	}
-	var ids []int64
-	for _, l := range ls {
-		if !b.dropped[l.ID] {
-			ids = append(ids, l.ID)
-		}
-	}
-	return ids, nil
-}
-
-func (b *memoryBackend) Release(_ context.Context, ls []inboxdriver.Lease) (int64, error) {
-	if b.releaseErr != nil {
-		return 0, b.releaseErr
-	}
-	return int64(len(ls)), nil
-}
 
 type hookKey string
 
@@ -109,12 +43,12 @@ func names(ctx context.Context) string {
 	return "[" + strings.Join(got, " ") + "]"
 }
 
-func (r recorder) OnRunStart(ctx context.Context, ev Event) context.Context {
+func (r recorder) OnRunStart(ctx context.Context, ev inbox.Event) context.Context {
 	r.add(fmt.Sprintf("%s start %s %s %s", r.name, ev.Message.ID, ev.Outcome, names(ctx)))
 	return context.WithValue(ctx, hookKey(r.name), true)
 }
 
-func (r recorder) OnRunEnd(ctx context.Context, ev Event) {
+func (r recorder) OnRunEnd(ctx context.Context, ev inbox.Event) {
 	s := fmt.Sprintf("%s end %s %s %s", r.name, ev.Message.ID, ev.Outcome, names(ctx))
 	if ev.DeadReason != "" {
 		s += "/" + ev.DeadReason.String()
@@ -122,12 +56,15 @@ func (r recorder) OnRunEnd(ctx context.Context, ev Event) {
 	r.add(s)
 }
 
-func newHookWorker(t *testing.T, b *memoryBackend, handlerSaw *[]string) (*Worker[struct{}], *[]string) {
+// newHookWorker returns a worker over b with two recorders as hooks and
+// handlers for the types ok, flaky, bad (permanent), outage (retryable) and
+// panics; lease 0 means the default.
+func newHookWorker(t *testing.T, b *inboxtest.Memory, handlerSaw *[]string, lease time.Duration) (*inbox.Worker[struct{}], *[]string) {
 	t.Helper()
 	var mu sync.Mutex
 	var log []string
-	w, err := NewWorker[struct{}](b, &Config{
-		Workers: 1, PurgeInterval: -1, Logger: slog.New(slog.DiscardHandler),
+	w, err := inbox.NewWorker[struct{}](b, &inbox.Config{
+		Workers: 1, PurgeInterval: -1, Lease: lease, Logger: slog.New(slog.DiscardHandler),
 		Retry: &retry.Policy{MaxAttempts: 2},
 		// The string is neither hook: it is ignored.
 		Hooks: []idem.Hook{recorder{"a", &mu, &log}, "not a hook", recorder{"b", &mu, &log}},
@@ -135,16 +72,16 @@ func newHookWorker(t *testing.T, b *memoryBackend, handlerSaw *[]string) (*Worke
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := func(err error) Handler[struct{}] {
-		return func(ctx context.Context, _ struct{}, m Message) error {
+	handle := func(err error) inbox.Handler[struct{}] {
+		return func(ctx context.Context, _ struct{}, m inbox.Message) error {
 			*handlerSaw = append(*handlerSaw, m.ID+" "+names(ctx))
 			return err
 		}
 	}
-	for typ, h := range map[string]Handler[struct{}]{
+	for typ, h := range map[string]inbox.Handler[struct{}]{
 		"ok": handle(nil), "flaky": handle(errors.New("flaky")), "bad": handle(retry.Permanent(errors.New("bad"))),
 		"outage": handle(idem.Retryable(errors.New("database down"))),
-		"panics": func(context.Context, struct{}, Message) error { panic("handler bug") },
+		"panics": func(context.Context, struct{}, inbox.Message) error { panic("handler bug") },
 	} {
 		if err := w.Handle(typ, h); err != nil {
 			t.Fatal(err)
@@ -153,8 +90,8 @@ func newHookWorker(t *testing.T, b *memoryBackend, handlerSaw *[]string) (*Worke
 	return w, &log
 }
 
-func hookRow(id int64, typ string, attempts int) Row {
-	return Row{ID: id, Source: "s", MessageID: fmt.Sprintf("m%d", id), Type: typ, Attempts: attempts, Token: 1}
+func hookRow(id int64, typ string, attempts int) inbox.Row {
+	return inbox.Row{ID: id, Source: "s", MessageID: fmt.Sprintf("m%d", id), Type: typ, Attempts: attempts, Token: 1}
 }
 
 // The start hooks run in order before the handler, which runs with the
@@ -162,13 +99,13 @@ func hookRow(id int64, typ string, attempts int) Row {
 // context and the outcome.
 func TestHooksPerRun(t *testing.T) {
 	t.Parallel()
-	b := &memoryBackend{
-		rows: []Row{hookRow(1, "ok", 0), hookRow(2, "flaky", 0), hookRow(3, "flaky", 1), hookRow(4, "bad", 0),
+	b := &inboxtest.Memory{
+		Rows: []inbox.Row{hookRow(1, "ok", 0), hookRow(2, "flaky", 0), hookRow(3, "flaky", 1), hookRow(4, "bad", 0),
 			hookRow(5, "unknown", 0), hookRow(6, "ok", 0), hookRow(7, "panics", 0)},
-		lost: map[int64]bool{6: true},
+		Lost: map[int64]bool{6: true},
 	}
 	var saw []string
-	w, log := newHookWorker(t, b, &saw)
+	w, log := newHookWorker(t, b, &saw, 0)
 	if n, err := w.RunOnce(context.Background()); err != nil || n != 7 {
 		t.Fatalf("RunOnce = %d, %v", n, err)
 	}
@@ -193,12 +130,12 @@ func TestHooksPerRun(t *testing.T) {
 // idem.Panicked before it goes on.
 func TestHooksEndOnPanic(t *testing.T) {
 	t.Parallel()
-	b := &memoryBackend{rows: []Row{hookRow(1, "ok", 0)}, panics: map[int64]bool{1: true}}
+	b := &inboxtest.Memory{Rows: []inbox.Row{hookRow(1, "ok", 0)}, Panics: map[int64]bool{1: true}}
 	var saw []string
-	w, log := newHookWorker(t, b, &saw)
+	w, log := newHookWorker(t, b, &saw, 0)
 	func() {
 		defer func() {
-			if p := recover(); p != "backend bug" {
+			if p := recover(); p != "inboxtest: memory backend panics on purpose" {
 				t.Errorf("recovered %v, want the backend's panic", p)
 			}
 		}()
@@ -214,9 +151,9 @@ func TestHooksEndOnPanic(t *testing.T) {
 // as released.
 func TestHooksReleasedRows(t *testing.T) {
 	t.Parallel()
-	b := &memoryBackend{rows: []Row{hookRow(1, "ok", 0), hookRow(2, "ok", 0)}}
+	b := &inboxtest.Memory{Rows: []inbox.Row{hookRow(1, "ok", 0), hookRow(2, "ok", 0)}}
 	var saw []string
-	w, log := newHookWorker(t, b, &saw)
+	w, log := newHookWorker(t, b, &saw, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if n, err := w.RunOnce(ctx); err != nil || n != 2 {
@@ -239,11 +176,11 @@ func TestHooksHardStop(t *testing.T) {
 		releaseErr error
 		want       string
 	}{{nil, "released"}, {errors.New("database down"), "abandoned"}} {
-		b := &memoryBackend{rows: []Row{hookRow(1, "wait", 0)}, releaseErr: c.releaseErr}
+		b := &inboxtest.Memory{Rows: []inbox.Row{hookRow(1, "wait", 0)}, ReleaseErr: c.releaseErr}
 		var saw []string
-		w, log := newHookWorker(t, b, &saw)
+		w, log := newHookWorker(t, b, &saw, 0)
 		ctx, cancel := context.WithCancel(context.Background())
-		if err := w.Handle("wait", func(ctx context.Context, _ struct{}, _ Message) error {
+		if err := w.Handle("wait", func(ctx context.Context, _ struct{}, _ inbox.Message) error {
 			cancel()
 			<-ctx.Done()
 			return ctx.Err()
@@ -265,15 +202,15 @@ func TestHooksHardStop(t *testing.T) {
 // on the last attempt.
 func TestFailRequests(t *testing.T) {
 	t.Parallel()
-	b := &memoryBackend{rows: []Row{hookRow(1, "flaky", 0), hookRow(2, "flaky", 1), hookRow(3, "bad", 0),
+	b := &inboxtest.Memory{Rows: []inbox.Row{hookRow(1, "flaky", 0), hookRow(2, "flaky", 1), hookRow(3, "bad", 0),
 		hookRow(4, "outage", 1), hookRow(5, "unknown", 0)}}
 	var saw []string
-	w, _ := newHookWorker(t, b, &saw)
+	w, _ := newHookWorker(t, b, &saw, 0)
 	if _, err := w.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, f := range b.fails {
+	for _, f := range b.Fails() {
 		got = append(got, fmt.Sprintf("%d dead=%v/%s uncounted=%v delayed=%v %s", f.ID, f.Dead, f.DeadReason, f.Uncounted, f.Delay > 0, f.Error))
 	}
 	want := []string{
@@ -293,12 +230,11 @@ func TestFailRequests(t *testing.T) {
 // cancelled with idem.ErrLeaseLost while the other rows go on.
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
-	b := &memoryBackend{rows: []Row{hookRow(1, "slow", 0), hookRow(2, "slow", 0)}, extendErrs: 2, dropped: map[int64]bool{1: true}}
+	b := &inboxtest.Memory{Rows: []inbox.Row{hookRow(1, "slow", 0), hookRow(2, "slow", 0)}, ExtendErrs: 2, Dropped: map[int64]bool{1: true}}
 	var saw []string
-	w, log := newHookWorker(t, b, &saw)
-	w.cfg.Lease = 30 * time.Millisecond
+	w, log := newHookWorker(t, b, &saw, 30*time.Millisecond)
 	var causes []error
-	if err := w.Handle("slow", func(ctx context.Context, _ struct{}, m Message) error {
+	if err := w.Handle("slow", func(ctx context.Context, _ struct{}, m inbox.Message) error {
 		select {
 		case <-ctx.Done():
 			causes = append(causes, context.Cause(ctx))
@@ -325,9 +261,7 @@ func TestHeartbeat(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("runs ended %q, want %q", got, want)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.extends < 4 {
-		t.Errorf("%d heartbeats, want the failed ones retried", b.extends)
+	if b.Extends() < 4 {
+		t.Errorf("%d heartbeats, want the failed ones retried", b.Extends())
 	}
 }

@@ -33,7 +33,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/inbox"
-	"github.com/idem-go/idem/inbox/inboxdriver"
+	"github.com/idem-go/idem/inbox/inboxtest"
 	"github.com/idem-go/idem/retry"
 )
 
@@ -312,12 +312,12 @@ func NewWorker(t testing.TB, hooks []idem.Hook) *inbox.Worker[struct{}] {
 		return inbox.Row{ID: id, Source: "orders", MessageID: fmt.Sprintf("msg-%d", id), Type: typ,
 			OrderingKey: "customer-secret", Attempts: attempts, Token: 7}
 	}
-	b := &memoryInbox{
-		rows: []inbox.Row{
+	b := &inboxtest.Memory{
+		Rows: []inbox.Row{
 			row(1, "order.created", 0), row(2, "order.failing", 0), row(3, "order.permanent", 0),
 			row(4, "order.created", 0), row(5, "order.unknown", 0), row(6, "order.failing", 2),
 		},
-		lost: map[int64]bool{4: true},
+		Lost: map[int64]bool{4: true},
 	}
 	w, err := inbox.NewWorker[struct{}](b, &inbox.Config{
 		Retry:  &retry.Policy{MaxAttempts: 3},
@@ -339,46 +339,6 @@ func NewWorker(t testing.TB, hooks []idem.Hook) *inbox.Worker[struct{}] {
 		}
 	}
 	return w
-}
-
-// memoryInbox is an inbox backend in memory, just enough for
-// Worker.RunOnce: Claim hands out the queued rows, Complete runs the
-// handler unless the row is marked lost.
-type memoryInbox struct {
-	inboxdriver.Backend[struct{}] // the admin and receive methods are not called
-	mu                            sync.Mutex
-	rows                          []inbox.Row
-	lost                          map[int64]bool
-}
-
-func (b *memoryInbox) Claim(_ context.Context, req inboxdriver.ClaimRequest) ([]inbox.Row, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := min(req.Limit, len(b.rows))
-	out := b.rows[:n]
-	b.rows = b.rows[n:]
-	return out, nil
-}
-
-func (b *memoryInbox) Complete(ctx context.Context, l inboxdriver.Lease, fn func(context.Context, struct{}) error) error {
-	if b.lost[l.ID] {
-		return fmt.Errorf("memory inbox: row %d: %w", l.ID, idem.ErrLeaseLost)
-	}
-	return fn(ctx, struct{}{})
-}
-
-func (b *memoryInbox) Fail(context.Context, inboxdriver.FailRequest) error { return nil }
-
-func (b *memoryInbox) Extend(_ context.Context, ls []inboxdriver.Lease, _ time.Duration) ([]int64, error) {
-	ids := make([]int64, len(ls))
-	for i, l := range ls {
-		ids[i] = l.ID
-	}
-	return ids, nil
-}
-
-func (b *memoryInbox) Release(_ context.Context, ls []inboxdriver.Lease) (int64, error) {
-	return int64(len(ls)), nil
 }
 
 // Scope is the scope of every [Call].
