@@ -32,8 +32,8 @@ type GuardConfig struct {
 	Logger *slog.Logger
 	// Hooks observe every Do: those implementing [DoStartHook] are called
 	// as it starts, those implementing [DoEndHook] once at its end (also
-	// when fn panics, before the panic goes on). contrib/idemprom and
-	// contrib/idemotel implement both.
+	// when fn panics, before the panic goes on). contrib/idemotel
+	// implements both, contrib/idemprom the end hook.
 	Hooks []Hook
 }
 
