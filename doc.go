@@ -22,11 +22,12 @@
 //
 // # Two paths
 //
-// The transactional path is the workhorse for effects in a SQL database: the
-// SQL stores (store/idempgx, store/idemsqlite) offer Process, which inserts
-// the dedupe record and runs your effect in one transaction, so a duplicate
-// is skipped atomically and concurrent duplicates are serialised by the
-// database's unique key, never by a check in Go.
+// The transactional path is the workhorse for effects in a SQL database.
+// The SQL stores (store/idempgx, store/idemsqlite) implement [Processor],
+// whose Process inserts the dedupe record and runs your effect in one
+// transaction, so a duplicate is skipped atomically and concurrent
+// duplicates are serialised by the database's unique key, never by a check
+// in Go. The broker adapters accept any Processor.
 //
 // The lease path, [Guard.Do], works over any store for effects outside the
 // database (HTTP handlers, calls to other services): claim, heartbeat while
@@ -45,10 +46,21 @@
 //
 // # Packages
 //
+// In this module:
+//   - consume: the broker-agnostic consumer engine the broker adapters share.
+//   - inbox: the inbox pattern (store now, process later with retries and
+//     dead letters); inbox/inboxdriver is its contract with the databases.
 //   - idemhttp: net/http Idempotency-Key middleware and the proxy behind `idem proxy`.
 //   - retry: backoff with full jitter and error classification.
-//   - idemtest: an in-memory store for unit tests (it says it is not durable).
-//   - store/idemsqlite, store/idempgx, store/idemredis: the stores (own modules).
-//   - idemtest/storetest: the conformance suite every store passes.
-//   - cmd/idem: the CLI (demo, migrate, keys, proxy, backoff).
+//   - storekit: for implementers of stores: the rules every store applies.
+//   - idemtest: an in-memory store for unit tests (it says it is not durable);
+//     idemtest/storetest: the conformance suite every store passes.
+//
+// Each in its own module, so that using one pulls in only its driver:
+//   - store/idemsqlite, store/idempgx, store/idemredis: the stores.
+//   - broker/idemamqp, broker/idemkafka, broker/idemnats: the broker
+//     adapters (RabbitMQ, Kafka, NATS JetStream) over consume.
+//   - contrib/idemotel, contrib/idemprom: OpenTelemetry and Prometheus hooks.
+//   - cmd/idem: the CLI (demo, migrate, keys, proxy, inbox, dlq, backoff).
+//   - shared: code the other modules share, with no compatibility promise.
 package idem
