@@ -37,9 +37,12 @@
 //		registerBackend(backend{Name: "Foo", Schemes: []string{"foo"}, Open: openFoo})
 //	}
 //
-// Open receives the DSN from --store / IDEM_STORE and returns an idem.Store
-// and a cleanup function. Set Migrator too when the backend has a schema to
-// migrate. Errors should already say what to do (one line, see errors.go).
+// Open receives what the user chose (the DSN from --store / IDEM_STORE, the
+// schema) and returns an idem.Store and a cleanup function. Set Migrator and
+// Migrations too when the backend has a schema to migrate. Errors should
+// already say what to do: the CLI prints them as one "idem: …" line, with
+// the package prefixes of the layers they passed through taken out (report
+// and oneLine in root.go).
 package main
 
 import (

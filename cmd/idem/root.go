@@ -164,20 +164,49 @@ func (a *app) report(cmd *cobra.Command, err error) int {
 	return exitFailure
 }
 
-// oneLine formats err as the single "idem: …" line the CLI prints: one
-// prefix however many layers added theirs, no line breaks.
+// oneLine formats err as the single "idem: …" line the CLI prints. Each
+// layer of an error chain may have put its package's name in front
+// ("idempgx: idem: lease lost"); the line names the program once. Leading
+// prefixes that name idem or one of its packages are dropped: every package
+// of the project that prefixes its errors is named idem-something (idem,
+// idemsqlite, idemhttp, idemkafka…), so new stores and brokers need no
+// change here. Further in, "idem: " (a sentinel's text, such as
+// idem.ErrInvalidConfig's, wrapped by a layer that put its own words first)
+// goes too. Other prefixes ("migrate: ", "inbox: ") say where it failed and
+// stay, once: a prefix that repeats the one before it goes. Line breaks and
+// runs of spaces become one space.
 func oneLine(err error) string {
-	msg := strings.TrimSpace(err.Error())
-	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
+	msg := strings.Join(strings.Fields(err.Error()), " ")
 	for {
-		trimmed := msg
-		for _, p := range []string{"idem: ", "idemsqlite: ", "idempgx: ", "idemredis: ", "idemamqp: "} {
-			trimmed = strings.TrimPrefix(trimmed, p)
-		}
-		if trimmed == msg {
+		pkg, rest, ok := strings.Cut(msg, ": ")
+		if !ok || !strings.HasPrefix(pkg, "idem") || !isWord(pkg) {
 			break
 		}
-		msg = trimmed
+		msg = rest
 	}
-	return "idem: " + msg
+	parts := strings.Split(msg, ": ")
+	kept := parts[:1]
+	for i, p := range parts[1:] {
+		last := i == len(parts)-2
+		if prev := kept[len(kept)-1]; !last && (p == "idem" || p == prev && isWord(p)) {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return "idem: " + strings.Join(kept, ": ")
+}
+
+// isWord reports whether s looks like a package or operation name that an
+// error layer puts in front of the message: lower-case letters, digits and
+// underscores.
+func isWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
+			return false
+		}
+	}
+	return true
 }
