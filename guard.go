@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/internal/keeper"
+	"github.com/idem-go/idem/internal/textcut"
 )
 
 // GuardConfig configures a [Guard]. The zero value, and a nil pointer, mean
@@ -322,11 +323,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 
 	req := CompleteRequest{Scope: call.Scope, Key: call.Key, Token: run.Token, Result: val, Retention: g.cfg.Retention}
 	if fnErr != nil {
-		msg := fnErr.Error()
-		if len(msg) > g.cfg.MaxErrorBytes {
-			msg = msg[:g.cfg.MaxErrorBytes]
-		}
-		req.Result, req.Failed = []byte(msg), true
+		req.Result, req.Failed = []byte(textcut.Cut(fnErr.Error(), g.cfg.MaxErrorBytes)), true
 	}
 	// The heartbeat goes on while the result is recorded: if the store
 	// fails for a moment, the lease stays ours and Complete is retried, so

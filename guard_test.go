@@ -76,6 +76,15 @@ func TestGuardFinalErrorIsRecordedAndReplayed(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Errorf("fn ran %d times", runs.Load())
 	}
+
+	// The cut never splits a UTF-8 sequence: 4 bytes of "aéé" end inside the second é.
+	g4 := idem.NewGuard(idemtest.NewMemoryStore(nil), &idem.GuardConfig{MaxErrorBytes: 4})
+	_, _ = g4.Do(context.Background(), call("k"), func(context.Context, idem.Run) ([]byte, error) {
+		return nil, idem.Final(errors.New("aéé"))
+	})
+	if _, err = g4.Do(context.Background(), call("k"), fn); !errors.As(err, &stored) || stored.Message != "aé" {
+		t.Errorf("stored message = %q, want \"aé\" (4 bytes would split the second é)", stored.Message)
+	}
 }
 
 func TestGuardPanicReleasesAndPropagates(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/textcut"
 	"github.com/idem-go/idem/retry"
 )
 
@@ -252,7 +252,7 @@ func (e *Engine) handleBegun(t *begun) (idem.Outcome, error) {
 func (e *Engine) handle(ctx context.Context, d Delivery, st State, reason idem.DeadReason, ev *Event) (idem.Outcome, error) {
 	if reason != "" {
 		ev.Reason = reason
-		return e.deadLetter(ctx, d, st, reason, fmt.Errorf("consume: message id %q cannot be used as a dedupe key", bound(d.ID(), 64)))
+		return e.deadLetter(ctx, d, st, reason, fmt.Errorf("consume: message id %q cannot be used as a dedupe key", textcut.Cut(d.ID(), 64)))
 	}
 	key := ev.Key
 	msg := idem.Message{Scope: e.cfg.Name, Key: key, Fingerprint: e.cfg.Fingerprint(d), Retention: e.cfg.Retention}
@@ -286,7 +286,7 @@ func (e *Engine) handle(ctx context.Context, d Delivery, st State, reason idem.D
 		next.FirstFailure = now
 	}
 	next.LastFailure = now
-	next.LastError = bound(err.Error(), e.cfg.MaxErrorBytes)
+	next.LastError = textcut.Cut(err.Error(), e.cfg.MaxErrorBytes)
 	dec := e.policy.Decide(st.Failures(), err)
 	if dec.Counted() {
 		next.Attempts++
@@ -321,7 +321,7 @@ func (e *Engine) deadLetter(ctx context.Context, d Delivery, st State, reason id
 		st.FirstFailure = now
 	}
 	st.LastFailure = now
-	st.LastError = bound(cause.Error(), e.cfg.MaxErrorBytes)
+	st.LastError = textcut.Cut(cause.Error(), e.cfg.MaxErrorBytes)
 	return e.deadLetterState(ctx, d, st, reason)
 }
 
@@ -335,16 +335,4 @@ func wrapSettle(op string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("consume: %s: %w", op, err)
-}
-
-// bound cuts s to at most n bytes without splitting a UTF-8 sequence.
-func bound(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }

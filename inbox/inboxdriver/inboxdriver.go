@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/textcut"
 )
 
 // Limits on what the inbox stores, checked before a backend is touched.
@@ -268,16 +269,7 @@ type Backend[Tx any] interface {
 
 // CutError bounds an error text to MaxErrorBytes without splitting a UTF-8
 // sequence.
-func CutError(s string) string {
-	if len(s) <= MaxErrorBytes {
-		return s
-	}
-	s = s[:MaxErrorBytes]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
+func CutError(s string) string { return textcut.Cut(s, MaxErrorBytes) }
 
 // ValidateSelect checks a Redrive or Discard selection.
 func ValidateSelect(sel Select) error {
