@@ -119,10 +119,10 @@
 // of the SQL stores' ProcessBatch, so a batch consumer binds it the same
 // way; with idemkafka:
 //
-//	Process: func(ctx context.Context, msgs []idem.Message, recs []*kgo.Record) ([]idem.Outcome, error) {
+//	BatchProcess: func(ctx context.Context, msgs []idem.Message, ds []consume.Delivery) ([]idem.Outcome, error) {
 //		return store.ProcessBatch(ctx, msgs, func(ctx context.Context, fresh []int) error {
 //			for _, i := range fresh {
-//				if err := notify(ctx, recs[i]); err != nil {
+//				if err := notify(ctx, idemkafka.RecordOf(ds[i])); err != nil {
 //					return err // the batch's leases are released; the consumer retries
 //				}
 //			}
