@@ -236,7 +236,7 @@ func (l *ledger) idem(scope, account string) consumer {
 			if err != nil {
 				return false, err
 			}
-			if res == idem.Mismatched {
+			if res == idem.Mismatch {
 				return false, errors.New("fingerprint mismatch")
 			}
 			return res == idem.Duplicate, nil

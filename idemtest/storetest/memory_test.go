@@ -55,18 +55,18 @@ func newMemoryEnv() *memoryEnv {
 	return &memoryEnv{dedupe: make(map[[2]string]dedupeRecord), effects: make(map[string]int)}
 }
 
-func (e *memoryEnv) Process(ctx context.Context, m idem.Message, fail error) (idem.ProcessResult, error) {
+func (e *memoryEnv) Process(ctx context.Context, m idem.Message, fail error) (idem.Outcome, error) {
 	res, err := e.ProcessBatch(ctx, []idem.Message{m}, fail)
 	if err != nil {
 		return "", err
 	}
-	if res[0] == idem.Mismatched {
-		return idem.Mismatched, fmt.Errorf("memory env: key %q: %w", m.Key, idem.ErrFingerprintMismatch)
+	if res[0] == idem.Mismatch {
+		return idem.Mismatch, fmt.Errorf("memory env: key %q: %w", m.Key, idem.ErrFingerprintMismatch)
 	}
 	return res[0], nil
 }
 
-func (e *memoryEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail error) ([]idem.ProcessResult, error) {
+func (e *memoryEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail error) ([]idem.Outcome, error) {
 	for _, m := range msgs {
 		if err := m.Validate(); err != nil {
 			return nil, err
@@ -79,7 +79,7 @@ func (e *memoryEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail 
 	defer e.mu.Unlock()
 	now := time.Now()
 	staged := make(map[[2]string]dedupeRecord)
-	res := make([]idem.ProcessResult, len(msgs))
+	res := make([]idem.Outcome, len(msgs))
 	var fresh []idem.Message
 	for i, m := range msgs {
 		id := [2]string{m.Scope, m.Key}
@@ -96,7 +96,7 @@ func (e *memoryEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail 
 		case r.fp == m.Fingerprint:
 			res[i] = idem.Duplicate
 		default:
-			res[i] = idem.Mismatched
+			res[i] = idem.Mismatch
 		}
 	}
 	if fail != nil {

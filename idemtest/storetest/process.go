@@ -57,7 +57,7 @@ func msg(key, version string) idem.Message {
 }
 
 // process runs env.Process with a nil failure and fails the test on an error.
-func process(t *testing.T, env ProcessEnv, m idem.Message, want idem.ProcessResult, contract string) {
+func process(t *testing.T, env ProcessEnv, m idem.Message, want idem.Outcome, contract string) {
 	t.Helper()
 	res, err := env.Process(context.Background(), m, nil)
 	if err != nil {
@@ -130,8 +130,8 @@ func testProcessHandlerFailure(t *testing.T, env ProcessEnv) {
 func testProcessMismatch(t *testing.T, env ProcessEnv) {
 	process(t, env, msg("order-1", "v1"), idem.Processed, "a new message is processed")
 	res, err := env.Process(context.Background(), msg("order-1", "v2"), nil)
-	if res != idem.Mismatched || !errors.Is(err, idem.ErrFingerprintMismatch) {
-		t.Errorf("contract: the same key with another fingerprint is Mismatched with an error wrapping ErrFingerprintMismatch, got %v, %v", res, err)
+	if res != idem.Mismatch || !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Errorf("contract: the same key with another fingerprint is Mismatch with an error wrapping ErrFingerprintMismatch, got %v, %v", res, err)
 	}
 	wantEffects(t, env, map[string]int{"order-1": 1}, "a mismatched message has no effect")
 	process(t, env, msg("order-1", "v1"), idem.Duplicate, "the original payload is still a duplicate after a mismatch")
@@ -217,7 +217,7 @@ func testProcessAcceptance(t *testing.T, env ProcessEnv) {
 	for range acceptanceWorkers {
 		wg.Go(func() {
 			for m := range deliveries {
-				var res idem.ProcessResult
+				var res idem.Outcome
 				err := r.do(ctx, func() error {
 					var err error
 					res, err = env.Process(ctx, m, nil)
@@ -254,9 +254,9 @@ func testProcessAcceptance(t *testing.T, env ProcessEnv) {
 // expectBatch returns the results a sequential reading of msgs gives when
 // seen already holds the fingerprints of the keys processed before: the
 // first occurrence of a new key is Processed, a later one with the same
-// fingerprint a Duplicate, with another a Mismatched.
-func expectBatch(seen map[string]idem.Fingerprint, msgs []idem.Message) []idem.ProcessResult {
-	want := make([]idem.ProcessResult, len(msgs))
+// fingerprint a Duplicate, with another a Mismatch.
+func expectBatch(seen map[string]idem.Fingerprint, msgs []idem.Message) []idem.Outcome {
+	want := make([]idem.Outcome, len(msgs))
 	for i, m := range msgs {
 		f, ok := seen[m.Key]
 		switch {
@@ -266,7 +266,7 @@ func expectBatch(seen map[string]idem.Fingerprint, msgs []idem.Message) []idem.P
 		case f == m.Fingerprint:
 			want[i] = idem.Duplicate
 		default:
-			want[i] = idem.Mismatched
+			want[i] = idem.Mismatch
 		}
 	}
 	return want
@@ -275,7 +275,7 @@ func expectBatch(seen map[string]idem.Fingerprint, msgs []idem.Message) []idem.P
 // processBatch runs env.ProcessBatch with a nil failure. A batch with
 // mismatched messages may report them with a nil error or with one wrapping
 // ErrFingerprintMismatch; any other error fails the test.
-func processBatch(t *testing.T, env ProcessEnv, msgs []idem.Message) []idem.ProcessResult {
+func processBatch(t *testing.T, env ProcessEnv, msgs []idem.Message) []idem.Outcome {
 	t.Helper()
 	res, err := env.ProcessBatch(context.Background(), msgs, nil)
 	if err != nil && !errors.Is(err, idem.ErrFingerprintMismatch) {
@@ -287,7 +287,7 @@ func processBatch(t *testing.T, env ProcessEnv, msgs []idem.Message) []idem.Proc
 	return res
 }
 
-func wantResults(t *testing.T, msgs []idem.Message, got, want []idem.ProcessResult, contract string) {
+func wantResults(t *testing.T, msgs []idem.Message, got, want []idem.Outcome, contract string) {
 	t.Helper()
 	bad := 0
 	for i := range want {
@@ -342,11 +342,11 @@ func testProcessBatch(t *testing.T, env ProcessEnv) {
 		wantN[k] = 1
 	}
 	wantEffects(t, env, wantN, "the batch handler is handed only the fresh messages, each once")
-	counts := make(map[idem.ProcessResult]int)
+	counts := make(map[idem.Outcome]int)
 	for _, r := range got {
 		counts[r]++
 	}
-	t.Logf("batch of %d: %v processed, %v duplicates, %v mismatched", len(batch), counts[idem.Processed], counts[idem.Duplicate], counts[idem.Mismatched])
+	t.Logf("batch of %d: %v processed, %v duplicates, %v mismatched", len(batch), counts[idem.Processed], counts[idem.Duplicate], counts[idem.Mismatch])
 
 	again := processBatch(t, env, batch)
 	for i, r := range again {
@@ -416,7 +416,7 @@ func testProcessConcurrentBatches(t *testing.T, env ProcessEnv) {
 			<-gate
 			for r := range concurrentBatchRounds {
 				b := batches[g*concurrentBatchRounds+r]
-				var res []idem.ProcessResult
+				var res []idem.Outcome
 				err := rt.do(ctx, func() error {
 					var err error
 					res, err = env.ProcessBatch(ctx, b, nil)

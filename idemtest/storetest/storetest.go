@@ -44,10 +44,10 @@ type ProcessEnv interface {
 	// Process runs the store's single-message Process for msg. The handler
 	// inserts the effect row for msg.Key and then returns fail (nil for
 	// success), so a non-nil fail must roll the effect back.
-	Process(ctx context.Context, msg idem.Message, fail error) (idem.ProcessResult, error)
+	Process(ctx context.Context, msg idem.Message, fail error) (idem.Outcome, error)
 	// ProcessBatch runs the store's batch Process. The handler inserts one
 	// effect row for each fresh message it is handed, then returns fail.
-	ProcessBatch(ctx context.Context, msgs []idem.Message, fail error) ([]idem.ProcessResult, error)
+	ProcessBatch(ctx context.Context, msgs []idem.Message, fail error) ([]idem.Outcome, error)
 	// Effects returns the number of effect rows per key.
 	Effects(ctx context.Context) (map[string]int, error)
 }
