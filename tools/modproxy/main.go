@@ -36,12 +36,7 @@ import (
 	modzip "golang.org/x/mod/zip"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "modproxy:", err)
-		os.Exit(1)
-	}
-}
+func main() { work.Main("modproxy", run) }
 
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("modproxy", flag.ContinueOnError)
@@ -57,11 +52,7 @@ func run(args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	wf, err := work.Read(*workFile)
-	if err != nil {
-		return err
-	}
-	mods, err := wf.Published()
+	_, mods, err := work.Load(*workFile)
 	if err != nil {
 		return err
 	}
@@ -85,8 +76,8 @@ func mv(m mod) module.Version { return module.Version{Path: m.Path, Version: m.V
 
 // write adds m to the proxy directory out.
 func write(out string, m mod, t time.Time) error {
-	if !semver.IsValid(m.Version) || semver.Canonical(m.Version) != m.Version {
-		return fmt.Errorf("%s: %q is not a canonical semantic version", m.Path, m.Version)
+	if err := work.CheckVersion(m.Version); err != nil {
+		return fmt.Errorf("%s: %w", m.Path, err)
 	}
 	if err := module.Check(m.Path, m.Version); err != nil {
 		return err

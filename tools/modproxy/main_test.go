@@ -8,25 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idem-go/idem/tools/internal/worktest"
 	"golang.org/x/mod/module"
 	modzip "golang.org/x/mod/zip"
 )
-
-// checkout writes files (path -> content) under a new directory and returns it.
-func checkout(t *testing.T, files map[string]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for name, content := range files {
-		p := filepath.Join(root, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
 
 const goWork = `go 1.26.0
 
@@ -44,7 +29,7 @@ replace (
 `
 
 func sample(t *testing.T) string {
-	return checkout(t, map[string]string{
+	return worktest.Checkout(t, map[string]string{
 		"go.work":            goWork,
 		"go.mod":             "module example.com/Root\n\ngo 1.26\n",
 		"root.go":            "package root\n",
@@ -193,7 +178,7 @@ func TestErrors(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := checkout(t, tc.files)
+			root := worktest.Checkout(t, tc.files)
 			args := []string{"-work", filepath.Join(root, "go.work")}
 			for _, a := range tc.args {
 				if a == "o" {

@@ -23,15 +23,9 @@ import (
 	"github.com/idem-go/idem/tools/internal/work"
 	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/module"
-	"golang.org/x/mod/semver"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "setversion:", err)
-		os.Exit(1)
-	}
-}
+func main() { work.Main("setversion", run) }
 
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("setversion", flag.ContinueOnError)
@@ -44,14 +38,10 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("want exactly one argument, the version (v0.2.0)")
 	}
 	version := fs.Arg(0)
-	if !semver.IsValid(version) || semver.Canonical(version) != version {
-		return fmt.Errorf("%q is not a canonical semantic version", version)
-	}
-	wf, err := work.Read(*workFile)
-	if err != nil {
+	if err := work.CheckVersion(version); err != nil {
 		return err
 	}
-	mods, err := wf.Published()
+	wf, mods, err := work.Load(*workFile)
 	if err != nil {
 		return err
 	}

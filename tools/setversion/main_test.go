@@ -2,36 +2,12 @@ package main
 
 import (
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/idem-go/idem/tools/internal/worktest"
 )
-
-// checkout writes files (path -> content) under a new directory and returns it.
-func checkout(t *testing.T, files map[string]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for name, content := range files {
-		p := filepath.Join(root, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
-
-func read(t *testing.T, root, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(name)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 var sample = map[string]string{
 	"go.work": `go 1.26.0
@@ -74,7 +50,7 @@ require (
 }
 
 func TestSetsVersionAndBack(t *testing.T) {
-	root := checkout(t, sample)
+	root := worktest.Checkout(t, sample)
 	work := filepath.Join(root, "go.work")
 	var out strings.Builder
 	if err := run([]string{"-work", work, "v0.2.0"}, &out); err != nil {
@@ -90,7 +66,7 @@ bench/go.mod: require example.com/root/store/x v0.1.0 -> v0.2.0
 		t.Errorf("output:\n%s\nwant:\n%s", out.String(), want)
 	}
 	for name, content := range sample {
-		got := read(t, root, name)
+		got := worktest.Read(t, root, name)
 		// Only our modules' versions change; layout, comments and other
 		// requirements stay.
 		exp := strings.NewReplacer("example.com/root v0.1.0", "example.com/root v0.2.0",
@@ -104,7 +80,7 @@ bench/go.mod: require example.com/root/store/x v0.1.0 -> v0.2.0
 		t.Fatal(err)
 	}
 	for name, content := range sample {
-		if got := read(t, root, name); got != content {
+		if got := worktest.Read(t, root, name); got != content {
 			t.Errorf("%s after the round trip:\n%s\nwant:\n%s", name, got, content)
 		}
 	}
@@ -116,7 +92,7 @@ bench/go.mod: require example.com/root/store/x v0.1.0 -> v0.2.0
 }
 
 func TestDryRunWritesNothing(t *testing.T) {
-	root := checkout(t, sample)
+	root := worktest.Checkout(t, sample)
 	var out strings.Builder
 	if err := run([]string{"-work", filepath.Join(root, "go.work"), "-n", "v0.2.0"}, &out); err != nil {
 		t.Fatal(err)
@@ -125,7 +101,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 		t.Errorf("dry run printed %q", out.String())
 	}
 	for name, content := range sample {
-		if got := read(t, root, name); got != content {
+		if got := worktest.Read(t, root, name); got != content {
 			t.Errorf("dry run changed %s", name)
 		}
 	}
@@ -137,29 +113,29 @@ func TestRepositoryRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string]string{"go.work": read(t, filepath.Dir(src), "go.work")}
+	files := map[string]string{"go.work": worktest.Read(t, filepath.Dir(src), "go.work")}
 	for _, dir := range []string{".", "shared", "store/idempgx", "store/idemsqlite", "store/idemredis", "broker/idemamqp", "broker/idemkafka", "broker/idemnats", "contrib/idemotel", "contrib/idemprom", "cmd/idem", "bench", "sdktest", "tools"} {
 		name := filepath.ToSlash(filepath.Join(dir, "go.mod"))
-		files[name] = read(t, filepath.Dir(src), name)
+		files[name] = worktest.Read(t, filepath.Dir(src), name)
 	}
-	root := checkout(t, files)
+	root := worktest.Checkout(t, files)
 	work := filepath.Join(root, "go.work")
 	if err := run([]string{"-work", work, "v0.1.1"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	for name := range files {
-		if got := read(t, root, name); strings.Contains(got, "idem-go/idem v0.1.0") || strings.Contains(got, "/shared v0.1.0") {
+		if got := worktest.Read(t, root, name); strings.Contains(got, "idem-go/idem v0.1.0") || strings.Contains(got, "/shared v0.1.0") {
 			t.Errorf("%s still names v0.1.0:\n%s", name, got)
 		}
 	}
-	if got := read(t, root, "cmd/idem/go.mod"); !strings.Contains(got, "github.com/idem-go/idem/store/idemsqlite v0.1.1") {
+	if got := worktest.Read(t, root, "cmd/idem/go.mod"); !strings.Contains(got, "github.com/idem-go/idem/store/idemsqlite v0.1.1") {
 		t.Errorf("cmd/idem/go.mod:\n%s", got)
 	}
 	if err := run([]string{"-work", work, "v0.1.0"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	for name, content := range files {
-		if got := read(t, root, name); got != content {
+		if got := worktest.Read(t, root, name); got != content {
 			t.Errorf("%s after the round trip:\n%s\nwant:\n%s", name, got, content)
 		}
 	}
@@ -189,14 +165,14 @@ func TestErrors(t *testing.T) {
 		{"go.mod does not parse", broken, []string{"v0.2.0"}, "bench/go.mod"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := checkout(t, tc.files)
+			root := worktest.Checkout(t, tc.files)
 			err := run(append([]string{"-work", filepath.Join(root, "go.work")}, tc.args...), io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}
 			// Nothing was written.
 			for name, content := range tc.files {
-				if got := read(t, root, name); got != content {
+				if got := worktest.Read(t, root, name); got != content {
 					t.Errorf("%s changed", name)
 				}
 			}

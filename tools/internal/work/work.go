@@ -4,10 +4,12 @@ package work
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/semver"
 )
 
 // Module is one published module: its path, the version go.work maps to
@@ -69,4 +71,36 @@ func (f *File) Published() ([]Module, error) {
 		return nil, fmt.Errorf("%s: no replace directive maps a module version to a directory", f.Name)
 	}
 	return mods, nil
+}
+
+// CheckVersion reports whether version is a canonical semantic version
+// (v1.2.3, not v1.2 or 1.2.3), the only kind a module is tagged with.
+func CheckVersion(version string) error {
+	if !semver.IsValid(version) || semver.Canonical(version) != version {
+		return fmt.Errorf("%q is not a canonical semantic version", version)
+	}
+	return nil
+}
+
+// Main runs a tool's run function with the command line and exits 1,
+// naming the tool, if it fails.
+func Main(name string, run func(args []string, stdout io.Writer) error) {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// Load reads the workspace file name and returns it with the modules it
+// publishes.
+func Load(name string) (*File, []Module, error) {
+	f, err := Read(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	mods, err := f.Published()
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, mods, nil
 }
