@@ -4,6 +4,7 @@
 package migration
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Migration is one numbered schema change.
@@ -113,4 +115,53 @@ func SQL(ms []Migration, direction Direction, version int) (string, error) {
 		return ms[version-1].Down, nil
 	}
 	return "", fmt.Errorf("direction must be %q or %q, got %q", Up, Down, direction)
+}
+
+// Status is one migration and whether it is applied: what every SQL
+// store's Migrator.Status lists and `idem migrate status` prints.
+type Status struct {
+	Version int
+	Name    string
+	Applied bool
+	// AppliedAt is when it was applied, by the database's clock (zero when
+	// pending).
+	AppliedAt time.Time
+}
+
+// Result lists the versions a call to Up or Down applied or reverted, in
+// the order it did so.
+type Result struct {
+	Versions []int
+}
+
+// Migrator is what every SQL store's migrator offers; the CLI drives them
+// through it.
+type Migrator interface {
+	// Up applies every pending migration.
+	Up(ctx context.Context) (Result, error)
+	// Down reverts up to steps migrations, newest first.
+	Down(ctx context.Context, steps int) (Result, error)
+	// Status lists every migration the build knows.
+	Status(ctx context.Context) ([]Status, error)
+	// Version is the newest applied version (0 for none).
+	Version(ctx context.Context) (int, error)
+}
+
+// Pending returns the status of ms with none applied, for a store to mark
+// the applied ones with [MarkApplied].
+func Pending(ms []Migration) []Status {
+	out := make([]Status, len(ms))
+	for i, m := range ms {
+		out[i] = Status{Version: m.Version, Name: m.Name}
+	}
+	return out
+}
+
+// MarkApplied records that version was applied at at. Versions this build
+// does not know (a newer build migrated the database) are ignored.
+func MarkApplied(st []Status, version int, at time.Time) {
+	if version >= 1 && version <= len(st) {
+		st[version-1].Applied = true
+		st[version-1].AppliedAt = at
+	}
 }

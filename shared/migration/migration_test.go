@@ -1,8 +1,10 @@
 package migration
 
 import (
+	"slices"
 	"testing"
 	"testing/fstest"
+	"time"
 )
 
 func TestLoad(t *testing.T) {
@@ -51,5 +53,18 @@ func TestSQL(t *testing.T) {
 		if _, err := SQL(ms, c.d, c.v); err == nil {
 			t.Errorf("SQL(%q, %d) succeeded", c.d, c.v)
 		}
+	}
+}
+
+func TestPendingAndMarkApplied(t *testing.T) {
+	t.Parallel()
+	st := Pending([]Migration{{Version: 1, Name: "a"}, {Version: 2, Name: "b"}})
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	MarkApplied(st, 1, at)
+	MarkApplied(st, 7, at) // from a newer build: ignored
+	MarkApplied(st, 0, at)
+	want := []Status{{Version: 1, Name: "a", Applied: true, AppliedAt: at}, {Version: 2, Name: "b"}}
+	if !slices.Equal(st, want) {
+		t.Fatalf("status = %+v, want %+v", st, want)
 	}
 }

@@ -85,21 +85,17 @@ func NewMigrator(pool *pgxpool.Pool, cfg *MigratorConfig) (*Migrator, error) {
 	return &Migrator{pool: pool, schema: schema}, nil
 }
 
-// MigrationStatus is one migration and whether it is applied.
-type MigrationStatus struct {
-	Version int
-	Name    string
-	Applied bool
-	// AppliedAt is when it was applied, by the database's clock (zero when
-	// pending).
-	AppliedAt time.Time
-}
+// MigrationStatus is one migration and whether it is applied (the type
+// every SQL store and the CLI share).
+type MigrationStatus = migration.Status
 
 // MigrateResult lists the versions a call applied or reverted, in the order
-// it did so.
-type MigrateResult struct {
-	Versions []int
-}
+// it did so (the type every SQL store and the CLI share).
+type MigrateResult = migration.Result
+
+// Migrator satisfies the interface the CLI drives every SQL store's
+// migrations through.
+var _ migration.Migrator = (*Migrator)(nil)
 
 // Up applies every pending migration, each in its own transaction, and
 // returns the versions it applied (none when the schema is up to date).
@@ -230,10 +226,7 @@ func (m *Migrator) Version(ctx context.Context) (int, error) {
 
 // Status lists every embedded migration and whether it is applied.
 func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
-	out := make([]MigrationStatus, len(migrations))
-	for i, mig := range migrations {
-		out[i] = MigrationStatus{Version: mig.Version, Name: mig.Name}
-	}
+	out := migration.Pending(migrations)
 	var exists bool
 	if err := m.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.table("idem_migrations")).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("idempgx: migration status: %w", classify(err))
@@ -250,10 +243,7 @@ func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
 		at      time.Time
 	)
 	_, err = pgx.ForEachRow(rows, []any{&version, &at}, func() error {
-		if version >= 1 && version <= len(out) {
-			out[version-1].Applied = true
-			out[version-1].AppliedAt = at
-		}
+		migration.MarkApplied(out, version, at)
 		return nil
 	})
 	if err != nil {

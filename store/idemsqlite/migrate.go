@@ -67,20 +67,17 @@ func SQL(direction Direction, version int) (string, error) {
 	return q, nil
 }
 
-// MigrationStatus is one migration and whether it is applied.
-type MigrationStatus struct {
-	Version int
-	Name    string
-	Applied bool
-	// AppliedAt is when it was applied (zero when pending).
-	AppliedAt time.Time
-}
+// MigrationStatus is one migration and whether it is applied (the type
+// every SQL store and the CLI share).
+type MigrationStatus = migration.Status
 
 // MigrateResult lists the versions a call applied or reverted, in the order
-// it did so.
-type MigrateResult struct {
-	Versions []int
-}
+// it did so (the type every SQL store and the CLI share).
+type MigrateResult = migration.Result
+
+// Migrator satisfies the interface the CLI drives every SQL store's
+// migrations through.
+var _ migration.Migrator = (*Migrator)(nil)
 
 // Migrator applies and reverts the embedded migrations of one database. Each
 // step runs in its own BEGIN IMMEDIATE transaction, so concurrent migrators
@@ -243,10 +240,7 @@ func (m *Migrator) Version(ctx context.Context) (int, error) {
 
 // Status lists every embedded migration and whether it is applied.
 func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
-	out := make([]MigrationStatus, len(migrations))
-	for i, mig := range migrations {
-		out[i] = MigrationStatus{Version: mig.Version, Name: mig.Name}
-	}
+	out := migration.Pending(migrations)
 	ok, err := migrationsTableExists(ctx, m.db)
 	if err != nil || !ok {
 		return out, err
@@ -262,10 +256,7 @@ func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
 		if err := rows.Scan(&version, &at); err != nil {
 			return nil, fmt.Errorf("idemsqlite: migration status: %w", err)
 		}
-		if version >= 1 && version <= len(out) {
-			out[version-1].Applied = true
-			out[version-1].AppliedAt = time.UnixMicro(at)
-		}
+		migration.MarkApplied(out, version, time.UnixMicro(at))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("idemsqlite: migration status: %w", classify(err))
