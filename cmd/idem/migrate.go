@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idem-go/idem/shared/migration"
 	"github.com/spf13/cobra"
 )
 
@@ -42,10 +43,11 @@ func newMigrateUpCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			applied, err := m.Up(cmd.Context())
+			res, err := m.Up(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("migrate up: %w", err)
 			}
+			applied := res.Versions
 			out := cmd.OutOrStdout()
 			if len(applied) == 0 {
 				fmt.Fprintf(out, "%s is up to date\n", redactDSN(c.DSN))
@@ -77,10 +79,11 @@ func newMigrateDownCmd() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			reverted, err := m.Down(cmd.Context(), steps)
+			res, err := m.Down(cmd.Context(), steps)
 			if err != nil {
 				return fmt.Errorf("migrate down: %w", err)
 			}
+			reverted := res.Versions
 			out := cmd.OutOrStdout()
 			if len(reverted) == 0 {
 				fmt.Fprintf(out, "%s has no applied migrations\n", redactDSN(cfg.DSN))
@@ -169,7 +172,7 @@ unqualified names; for PostgreSQL run them with search_path set to your schema.`
 				migs = migs[v-1 : v]
 			}
 			if down {
-				rev := make([]migrationSQL, len(migs))
+				rev := make([]migration.Migration, len(migs))
 				for i, m := range migs {
 					rev[len(migs)-1-i] = m
 				}

@@ -6,9 +6,9 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/shared/migration"
 )
 
 // backend is one store implementation the CLI can open, selected by the
@@ -25,17 +25,10 @@ type backend struct {
 	Open func(ctx context.Context, cfg storeConfig) (idem.Store, func() error, error)
 	// Migrator opens the schema migrator; nil when the backend has no
 	// schema (Redis).
-	Migrator func(ctx context.Context, cfg storeConfig) (migrator, func() error, error)
+	Migrator func(ctx context.Context, cfg storeConfig) (migration.Migrator, func() error, error)
 	// Migrations lists the embedded migrations, for "migrate sql", which
 	// needs no connection.
-	Migrations func() []migrationSQL
-}
-
-// migrationSQL is one embedded migration.
-type migrationSQL struct {
-	Version  int
-	Name     string
-	Up, Down string
+	Migrations func() []migration.Migration
 }
 
 // storeConfig is what the user chose with --store and friends.
@@ -48,24 +41,6 @@ type storeConfig struct {
 	// Only "migrate up" sets it, so a mistyped path is reported instead of
 	// silently becoming a new, empty database.
 	Create bool
-}
-
-// migrator applies a backend's embedded schema migrations.
-type migrator interface {
-	// Up applies all pending migrations and returns their versions.
-	Up(ctx context.Context) ([]int, error)
-	// Down reverts up to steps migrations, newest first.
-	Down(ctx context.Context, steps int) ([]int, error)
-	// Status lists every migration this build knows.
-	Status(ctx context.Context) ([]migrationStatus, error)
-}
-
-// migrationStatus is one migration and whether it is applied.
-type migrationStatus struct {
-	Version   int
-	Name      string
-	Applied   bool
-	AppliedAt time.Time
 }
 
 var backends = map[string]*backend{}
@@ -121,7 +96,7 @@ func openStore(ctx context.Context, cfg storeConfig) (store idem.Store, close fu
 }
 
 // openMigrator opens the migrator of the backend cfg.DSN names.
-func openMigrator(ctx context.Context, cfg storeConfig) (m migrator, close func() error, err error) {
+func openMigrator(ctx context.Context, cfg storeConfig) (m migration.Migrator, close func() error, err error) {
 	b, err := lookupBackend(cfg.DSN)
 	if err != nil {
 		return nil, nil, err

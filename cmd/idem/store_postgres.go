@@ -8,22 +8,48 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/shared/migration"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func init() {
-	registerBackend(backend{
+// postgresBackend is the PostgreSQL adapter: a pool sized for the store
+// or for migrations.
+var postgresBackend = sqlBackend[*pgxpool.Pool]{
+	backend: backend{
 		Name:       "PostgreSQL",
 		Schemes:    []string{"postgres", "postgresql"},
 		Example:    "postgres://USER@HOST:PORT/DB",
-		Open:       openPostgres,
-		Migrator:   openPostgresMigrator,
-		Migrations: postgresMigrations,
-	})
+		Migrations: idempgx.Migrations,
+	},
+	connect: func(ctx context.Context, cfg storeConfig, forMigrations bool) (*pgxpool.Pool, func() error, error) {
+		maxConns := int32(pgStoreMaxConns)
+		if forMigrations {
+			maxConns = pgMigratorMaxConns
+		}
+		pool, err := openPool(ctx, cfg, maxConns)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pool, func() error { pool.Close(); return nil }, nil
+	},
+	store: func(pool *pgxpool.Pool, cfg storeConfig) (sqlStore, error) {
+		return idempgx.New(pool, &idempgx.Config{Schema: cfg.Schema})
+	},
+	migrator: func(pool *pgxpool.Pool, cfg storeConfig) (migration.Migrator, error) {
+		return idempgx.NewMigrator(pool, &idempgx.MigratorConfig{Schema: cfg.Schema})
+	},
+	notMigrated: func(err error) (string, bool) {
+		var nm *idempgx.NotMigratedError
+		if !errors.As(err, &nm) {
+			return "", false
+		}
+		return fmt.Sprintf("schema %s at version %d of %d", nm.Schema, nm.Version, nm.Want), true
+	},
 }
+
+func init() { registerSQLBackend(postgresBackend) }
 
 // pgConnectTimeout bounds connecting when the DSN sets no connect_timeout,
 // so a firewalled host fails in seconds instead of hanging the CLI.
@@ -109,72 +135,4 @@ func pgCause(err error) string {
 		return strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
 	}
 	return err.Error()
-}
-
-func pgConfig(cfg storeConfig) *idempgx.Config {
-	return &idempgx.Config{Schema: cfg.Schema}
-}
-
-func openPostgres(ctx context.Context, cfg storeConfig) (idem.Store, func() error, error) {
-	pool, err := openPool(ctx, cfg, pgStoreMaxConns)
-	if err != nil {
-		return nil, nil, err
-	}
-	closeFn := func() error { pool.Close(); return nil }
-	s, err := idempgx.New(pool, pgConfig(cfg))
-	if err == nil {
-		err = s.Ping(ctx)
-	}
-	if err != nil {
-		pool.Close()
-		var nm *idempgx.NotMigratedError
-		if errors.As(err, &nm) {
-			return nil, nil, notMigratedError(backends["postgres"], cfg, fmt.Sprintf("schema %s at version %d of %d", nm.Schema, nm.Version, nm.Want))
-		}
-		return nil, nil, err
-	}
-	return s, closeFn, nil
-}
-
-func openPostgresMigrator(ctx context.Context, cfg storeConfig) (migrator, func() error, error) {
-	pool, err := openPool(ctx, cfg, pgMigratorMaxConns)
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := idempgx.NewMigrator(pool, &idempgx.MigratorConfig{Schema: cfg.Schema})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return pgMigrator{m}, func() error { pool.Close(); return nil }, nil
-}
-
-type pgMigrator struct{ m *idempgx.Migrator }
-
-func (p pgMigrator) Up(ctx context.Context) ([]int, error) {
-	res, err := p.m.Up(ctx)
-	return res.Versions, err
-}
-
-func (p pgMigrator) Down(ctx context.Context, steps int) ([]int, error) {
-	res, err := p.m.Down(ctx, steps)
-	return res.Versions, err
-}
-
-func (p pgMigrator) Status(ctx context.Context) ([]migrationStatus, error) {
-	st, err := p.m.Status(ctx)
-	out := make([]migrationStatus, len(st))
-	for i, m := range st {
-		out[i] = migrationStatus{Version: m.Version, Name: m.Name, Applied: m.Applied, AppliedAt: m.AppliedAt}
-	}
-	return out, err
-}
-
-func postgresMigrations() []migrationSQL {
-	ms := idempgx.Migrations()
-	out := make([]migrationSQL, len(ms))
-	for i, m := range ms {
-		out[i] = migrationSQL{Version: m.Version, Name: m.Name, Up: m.Up, Down: m.Down}
-	}
-	return out
 }

@@ -44,7 +44,7 @@ func TestPostgresStorePoolSize(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := storeConfig{DSN: tc.dsn, Schema: schema}
-			s, closeStore, err := openPostgres(t.Context(), cfg)
+			s, closeStore, err := postgresBackend.open(t.Context(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
