@@ -92,6 +92,17 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 	return out, nil
 }
 
+// MustLoad is [Load] for a store's embedded migrations, read once at init:
+// a packaging mistake panics with the store's name (owner, e.g.
+// "idempgx") rather than failing half-way through a migration.
+func MustLoad(fsys fs.FS, dir, owner string) []Migration {
+	ms, err := Load(fsys, dir)
+	if err != nil {
+		panic(fmt.Sprintf("%s: %v", owner, err))
+	}
+	return ms
+}
+
 // Direction says which way a migration runs.
 type Direction string
 

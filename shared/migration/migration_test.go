@@ -1,7 +1,9 @@
 package migration
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -67,4 +69,18 @@ func TestPendingAndMarkApplied(t *testing.T) {
 	if !slices.Equal(st, want) {
 		t.Fatalf("status = %+v, want %+v", st, want)
 	}
+}
+
+func TestMustLoad(t *testing.T) {
+	t.Parallel()
+	ok := fstest.MapFS{"m/001_a.up.sql": {Data: []byte("x")}, "m/001_a.down.sql": {Data: []byte("y")}}
+	if ms := MustLoad(ok, "m", "store"); len(ms) != 1 || ms[0].Up != "x" {
+		t.Fatalf("MustLoad = %+v", ms)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.HasPrefix(fmt.Sprint(r), "store: ") {
+			t.Fatalf("MustLoad of a bad set: panic %v, want one naming the store", r)
+		}
+	}()
+	MustLoad(fstest.MapFS{"m/001_a.up.sql": {}}, "m", "store")
 }

@@ -7,7 +7,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/idem-go/idem/shared/migration"
@@ -32,23 +31,7 @@ const (
 type Migration = migration.Migration
 
 // migrations is the parsed content of migration/, sorted by version.
-var migrations = mustLoadMigrations(migrationFS)
-
-func mustLoadMigrations(fsys fs.FS) []Migration {
-	ms, err := loadMigrations(fsys)
-	if err != nil {
-		panic(err)
-	}
-	return ms
-}
-
-func loadMigrations(fsys fs.FS) ([]Migration, error) {
-	ms, err := migration.Load(fsys, "migration")
-	if err != nil {
-		return nil, fmt.Errorf("idemsqlite: %w", err)
-	}
-	return ms, nil
-}
+var migrations = migration.MustLoad(migrationFS, "migration", "idemsqlite")
 
 // Migrations returns the embedded migrations in version order.
 func Migrations() []Migration { return append([]Migration(nil), migrations...) }

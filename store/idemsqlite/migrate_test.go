@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/fstest"
 )
 
 func TestMigrator(t *testing.T) {
@@ -139,35 +138,5 @@ func TestMigrationSQL(t *testing.T) {
 	}
 	if got := Migrations(); len(got) != LatestVersion() || got[0].Up != up {
 		t.Errorf("Migrations() = %+v", got)
-	}
-}
-
-func TestLoadMigrationsRejectsBadSets(t *testing.T) {
-	t.Parallel()
-	f := func(names ...string) fstest.MapFS {
-		m := fstest.MapFS{}
-		for _, n := range names {
-			m["migration/"+n] = &fstest.MapFile{Data: []byte("SELECT 1;")}
-		}
-		return m
-	}
-	bad := map[string]fstest.MapFS{
-		"no directory":   {},
-		"bad suffix":     f("001_a.sql"),
-		"bad number":     f("x_a.up.sql", "x_a.down.sql"),
-		"zero":           f("000_a.up.sql", "000_a.down.sql"),
-		"missing down":   f("001_a.up.sql"),
-		"gap":            f("001_a.up.sql", "001_a.down.sql", "003_c.up.sql", "003_c.down.sql"),
-		"two names":      f("001_a.up.sql", "001_b.down.sql"),
-		"missing number": f("a.up.sql"),
-	}
-	for name, fsys := range bad {
-		if _, err := loadMigrations(fsys); err == nil {
-			t.Errorf("%s: want an error", name)
-		}
-	}
-	ok, err := loadMigrations(f("001_a.up.sql", "001_a.down.sql", "002_b.up.sql", "002_b.down.sql", "README.md"))
-	if err != nil || len(ok) != 2 || ok[1].Name != "b" {
-		t.Errorf("good set: %+v, %v", ok, err)
 	}
 }
