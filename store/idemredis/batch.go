@@ -12,8 +12,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// DefaultMaxBatch is the default of [Config.MaxBatch].
-const DefaultMaxBatch = 64
+// DefaultCoalesce is the default of [Config.Coalesce].
+const DefaultCoalesce = 64
 
 // callsInFlight is how many script calls of one kind (claims, or
 // completions) a store keeps in flight at once on a standalone or sentinel

@@ -350,7 +350,7 @@ func TestClaimsSurviveKilledConnections(t *testing.T) {
 func TestConformanceUnbatched(t *testing.T) {
 	c := newClient(t)
 	storetest.Run(t, func(t *testing.T) idem.Store {
-		return newStore(t, c, &idemredis.Config{MaxBatch: 1})
+		return newStore(t, c, &idemredis.Config{Coalesce: 1})
 	}, &storetest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 }
 

@@ -19,7 +19,7 @@ func batchReq(key, body string, lease time.Duration) idem.ClaimRequest {
 
 // TestClaimBatchOutcomes: one batch meets every state a key can be in, in
 // order, with two leases, a key twice and a key of another type; each item
-// gets its own outcome or error and the calls are as few as MaxBatch
+// gets its own outcome or error and the calls are as few as Coalesce
 // allows.
 func TestClaimBatchOutcomes(t *testing.T) {
 	t.Parallel()
@@ -104,10 +104,10 @@ func TestClaimBatchOutcomes(t *testing.T) {
 	}
 }
 
-// TestClaimBatchSplitsByMaxBatch: 200 keys with MaxBatch 64 take 4 calls,
+// TestClaimBatchSplitsByCoalesce: 200 keys with Coalesce 64 take 4 calls,
 // and a racing batch of the same keys from another goroutine wins each key
 // once between them.
-func TestClaimBatchSplitsByMaxBatch(t *testing.T) {
+func TestClaimBatchSplitsByCoalesce(t *testing.T) {
 	t.Parallel()
 	_, c, s := privateStore(t)
 	ctx := context.Background()
@@ -148,7 +148,7 @@ func TestClaimBatchSplitsByMaxBatch(t *testing.T) {
 		}
 	}
 	if n := scriptCalls(t, c); n != racers*4 {
-		t.Errorf("%d script calls for %d batches of 200, want %d (MaxBatch 64)", n, racers, racers*4)
+		t.Errorf("%d script calls for %d batches of 200, want %d (Coalesce 64)", n, racers, racers*4)
 	}
 }
 
@@ -166,7 +166,7 @@ func TestClaimBatchRefusesBadInput(t *testing.T) {
 	if _, err := s.ClaimBatch(ctx, noLease); err == nil {
 		t.Fatal("a batch with a zero lease was accepted")
 	}
-	huge := make([]idem.ClaimRequest, idemredis.MaxClaimBatch+1)
+	huge := make([]idem.ClaimRequest, idemredis.MaxBatch+1)
 	for i := range huge {
 		huge[i] = batchReq(fmt.Sprint("h", i), "a", time.Minute)
 	}
@@ -235,13 +235,13 @@ func TestBatchesServerGone(t *testing.T) {
 	}
 }
 
-// TestClaimBatchUnbatched: with MaxBatch 1 every key is its own call, all
+// TestClaimBatchUnbatched: with Coalesce 1 every key is its own call, all
 // in one round trip, with the same outcomes.
 func TestClaimBatchUnbatched(t *testing.T) {
 	t.Parallel()
 	addr := startRedis(t)
 	c := clientAt(t, addr)
-	s := newStore(t, c, &idemredis.Config{MaxBatch: 1})
+	s := newStore(t, c, &idemredis.Config{Coalesce: 1})
 	do(t, c, c.B().ConfigResetstat().Build())
 	got, err := s.ClaimBatch(context.Background(), []idem.ClaimRequest{
 		batchReq("x", "a", time.Minute), batchReq("x", "a", time.Minute), batchReq("y", "a", time.Minute),

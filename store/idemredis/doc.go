@@ -83,7 +83,7 @@
 // A claim that finds nothing queued and fewer than two calls in flight is
 // sent at once, alone, from its caller's goroutine, as without batching.
 // Claims that arrive while two calls are in flight queue; a sender
-// goroutine sends up to [Config.MaxBatch] (default 64) queued claims with
+// goroutine sends up to [Config.Coalesce] (default 64) queued claims with
 // the same lease as one call, and keeps sending what queued meanwhile until
 // the queue is empty. One call reads TIME once and formats the record
 // header once, then claims its keys one after the other, each atomically,
@@ -97,7 +97,7 @@
 // then never sent; a claim already sent in a batch runs, and if it acquired
 // the lease, the sender releases it, so the key does not stay in progress
 // for a lease that nobody holds. A claim sent alone, on a cluster client,
-// or with MaxBatch 1 is one call through the client's auto-pipelining; if
+// or with Coalesce 1 is one call through the client's auto-pipelining; if
 // its context ends while it is in flight, it may still be applied (see
 // below).
 //
@@ -107,11 +107,11 @@
 // Fetch, an inbox claim) claims them with [Store.ClaimBatch] and completes
 // them with [Store.CompleteBatch]: each request still gets its own
 // outcome, token and error, in order, but the requests go out as few
-// script calls as MaxBatch allows, all in one round trip from the caller's
+// script calls as Coalesce allows, all in one round trip from the caller's
 // goroutine, with no queue and no hand-off. This is the shape of
 // redis-benchmark's pipelined ceiling, and where the store comes closest to
 // it (see the throughput section). An invalid request or a batch over
-// [MaxClaimBatch] is refused before anything is sent; a failure of a whole
+// [MaxBatch] is refused before anything is sent; a failure of a whole
 // script call (the server went away) is returned as the batch's error and
 // carried by each item of that call.
 //
@@ -233,7 +233,7 @@
 //	Store.Claim, 64 callers (batched)                          105,000–112,000/s
 //	SET NX PX through rueidis, the same 64 callers              84,000–106,000/s
 //
-// and an earlier run, Store.Claim with MaxBatch 1 at 73,000–78,000/s and
+// and an earlier run, Store.Claim with Coalesce 1 at 73,000–78,000/s and
 // redis-benchmark -P 1 (64 clients, unpipelined) at 46,000–47,000/s.
 //
 // In `make bench` (medians of five interleaved runs) Store.ClaimBatch ×16
@@ -251,12 +251,12 @@
 // a bare SET NX PX.
 //
 // Batching is what moved the single-claim ratio: one claim per call (the
-// MaxBatch 1 row above) reached 19–29% of the ceiling in the runs before
+// Coalesce 1 row above) reached 19–29% of the ceiling in the runs before
 // batching.
 //
 // A lone claim goes out as it did without batching; a few concurrent
 // callers pay a goroutine hand-off per batch, and from about 8 callers
-// batching pays. Medians of three runs, batched against MaxBatch 1
+// batching pays. Medians of three runs, batched against Coalesce 1
 // (claims/s, or Claim + Complete cycles/s), on the same machine:
 //
 //	go test -run '^$' -bench BenchmarkBatching -benchtime 20000x -count 3 ./store/idemredis
@@ -267,7 +267,7 @@
 //	8          30,700 / 21,200    15,800 / 17,500
 //	64        127,000 / 75,200    50,200 / 35,900
 //
-// Set MaxBatch to 1 for a store that only ever sees a handful of
+// Set Coalesce to 1 for a store that only ever sees a handful of
 // concurrent callers.
 //
 // # Requirements

@@ -45,7 +45,7 @@ type held struct {
 // consumer retries later without counting an attempt. This is the lease path: unlike the SQL stores'
 // transaction, a failure after fn's effects (a lost lease, Redis gone before
 // the completion) means they may run again, so make them idempotent
-// downstream where you can (idem.DownstreamKey). At most [MaxClaimBatch]
+// downstream where you can (idem.DownstreamKey). At most [MaxBatch]
 // messages.
 func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(ctx context.Context, fresh []int) error) ([]idem.Outcome, error) {
 	if err := checkBatch(msgs, "process", idem.Message.Validate); err != nil {

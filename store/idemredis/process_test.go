@@ -261,7 +261,7 @@ func TestProcessBatchRefusesBadInput(t *testing.T) {
 	if _, err := s.ProcessBatch(ctx, []idem.Message{pmsg("a", "1")}, nil); !errors.Is(err, idem.ErrInvalidConfig) {
 		t.Fatalf("nil handler = %v", err)
 	}
-	huge := make([]idem.Message, idemredis.MaxClaimBatch+1)
+	huge := make([]idem.Message, idemredis.MaxBatch+1)
 	for i := range huge {
 		huge[i] = pmsg(fmt.Sprint(i), "1")
 	}

@@ -58,15 +58,15 @@ type Config struct {
 	// late Complete from the original holder still succeeds. After that,
 	// Redis deletes the record. Default idem.DefaultRetention.
 	AbandonedRetention time.Duration
-	// MaxBatch bounds how many concurrent claims (or completions) share
+	// Coalesce bounds how many concurrent claims (or completions) share
 	// one script call. Claims that arrive while earlier ones are in flight
 	// wait and go out together, which divides the script's fixed cost and
 	// the round trips among them; a lone claim goes out at once. Default
-	// DefaultMaxBatch; 1 sends every claim and completion on its own, which
+	// DefaultCoalesce; 1 sends every claim and completion on its own, which
 	// is faster (by up to a third in BenchmarkBatching) when only a handful
 	// of callers ever claim at once. Ignored on a cluster client, where every call has one key (a
 	// script's keys must share a hash slot).
-	MaxBatch int
+	Coalesce int
 	// ProcessLease is the lease ProcessBatch takes on each fresh message
 	// and extends every ProcessLease/3 while its handler runs. Default
 	// DefaultProcessLease.
@@ -96,7 +96,7 @@ type Store struct {
 	// always pass the same lease, so the hot path formats nothing.
 	lease atomic.Pointer[leaseText]
 	// claims and completes batch concurrent calls; nil in cluster mode
-	// or with MaxBatch 1, where each is its own call.
+	// or with Coalesce 1, where each is its own call.
 	claims, completes *batcher
 }
 
@@ -154,11 +154,11 @@ func New(client rueidis.Client, cfg *Config) (*Store, error) {
 		floorMS:      millis(tokenFloorTTL),
 		logger:       c.Logger,
 	}
-	if c.MaxBatch <= 0 {
-		c.MaxBatch = DefaultMaxBatch
+	if c.Coalesce <= 0 {
+		c.Coalesce = DefaultCoalesce
 	}
-	if client.Mode() != rueidis.ClientModeCluster && c.MaxBatch > 1 {
-		s.newBatchers(c.MaxBatch)
+	if client.Mode() != rueidis.ClientModeCluster && c.Coalesce > 1 {
+		s.newBatchers(c.Coalesce)
 	}
 	s.strict = c.Strict
 	return s, nil
@@ -271,7 +271,7 @@ func (s *Store) leaseOf(lease time.Duration) *leaseText {
 }
 
 // Claim implements [idem.Store]. Concurrent claims share script calls (see
-// [Config.MaxBatch]); each is still atomic on its own key.
+// [Config.Coalesce]); each is still atomic on its own key.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := idem.ValidateClaim(req); err != nil {
 		return idem.Claim{}, err
@@ -286,8 +286,11 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return c.claim, c.err
 }
 
-// MaxClaimBatch bounds the requests of one [Store.ClaimBatch].
-const MaxClaimBatch = 4096
+// MaxBatch bounds the requests of one [Store.ClaimBatch], [Store.CompleteBatch]
+// or [Store.ProcessBatch] call, as idempgx.MaxBatch and idemsqlite.MaxBatch
+// bound their ProcessBatch. (How many concurrent calls share one script call
+// is [Config.Coalesce].)
+const MaxBatch = 4096
 
 // BatchClaim is one item of [Store.ClaimBatch]'s answer: the claim, or the
 // error of that key alone (a key that holds another type, a record of
@@ -303,12 +306,12 @@ type BatchClaim struct {
 // same key twice gives the second request InProgress. The answer has one
 // item per request, in order.
 //
-// Requests go out as few script calls as [Config.MaxBatch] allows (one key
+// Requests go out as few script calls as [Config.Coalesce] allows (one key
 // per call on a cluster client), with consecutive requests of the same
 // lease sharing a call, and all the calls go out together in one round
 // trip from the caller's goroutine. It returns an error, and claims
 // nothing, when a request is invalid or there are more than
-// [MaxClaimBatch]; it returns an error when the calls fail as a whole (the
+// [MaxBatch]; it returns an error when the calls fail as a whole (the
 // server is unreachable, ctx ended), with the answer, whose items of the
 // failed calls carry that error: then some keys may still have been
 // claimed, and their leases expire as usual, as with a Claim whose context
@@ -349,10 +352,10 @@ func (s *Store) claimCalls(ctx context.Context, reqs []idem.ClaimRequest) ([]cal
 	return calls, err
 }
 
-// checkBatch refuses a batch of more than MaxClaimBatch requests or with
+// checkBatch refuses a batch of more than MaxBatch requests or with
 // an invalid one, before anything is sent.
 func checkBatch[R any](reqs []R, op string, validate func(R) error) error {
-	if err := storekit.ValidateBatch(reqs, MaxClaimBatch, validate); err != nil {
+	if err := storekit.ValidateBatch(reqs, MaxBatch, validate); err != nil {
 		return fmt.Errorf("idemredis: %s: %w", op, err)
 	}
 	return nil
@@ -403,10 +406,10 @@ func (s *Store) completeCall(c *call, rk string, req idem.CompleteRequest) error
 // [Store.ClaimBatch]: each record is checked against its own token, as by
 // [Store.Complete], and the answer has one error per request, in order (nil
 // when that record was completed; ErrLeaseLost when its token is no longer
-// current). Requests go out as few script calls as [Config.MaxBatch]
+// current). Requests go out as few script calls as [Config.Coalesce]
 // allows, all in one round trip. It returns an error, and completes
 // nothing, when a request is invalid or there are more than
-// [MaxClaimBatch]; it returns an error when the calls fail as a whole (then
+// [MaxBatch]; it returns an error when the calls fail as a whole (then
 // some records may still have been completed; completing them again with
 // the same token is refused, as after any lost reply).
 func (s *Store) CompleteBatch(ctx context.Context, reqs []idem.CompleteRequest) ([]error, error) {

@@ -113,7 +113,7 @@ func freshCycles(ctx context.Context, s *idemredis.Store) func(i int64) error {
 	}
 }
 
-// BenchmarkBatching compares the batched store with MaxBatch 1 (one script
+// BenchmarkBatching compares the batched store with Coalesce 1 (one script
 // call per claim or completion) for 1 to 64 concurrent callers, on claims
 // alone and on whole lease cycles (Claim, then Complete).
 //
@@ -128,10 +128,10 @@ func BenchmarkBatching(b *testing.B) {
 			for _, mode := range []struct {
 				name     string
 				maxBatch int
-			}{{"Batched", 0}, {"MaxBatch1", 1}} {
+			}{{"Batched", 0}, {"Coalesce1", 1}} {
 				b.Run(fmt.Sprintf("%s/callers=%d/%s", work.name, n, mode.name), func(b *testing.B) {
 					c := newClient(b)
-					s := newStore(b, c, &idemredis.Config{MaxBatch: mode.maxBatch})
+					s := newStore(b, c, &idemredis.Config{Coalesce: mode.maxBatch})
 					runN(b, n, work.fn(ctx, s))
 				})
 			}
@@ -151,7 +151,7 @@ func benchPrefix() string {
 //     concurrent callers;
 //   - StoreBatch16: 64 callers claiming 16 fresh keys per ClaimBatch, the
 //     in-flight depth of the -P 16 ceiling;
-//   - StoreUnbatched: the same with MaxBatch 1, one script call per
+//   - StoreUnbatched: the same with Coalesce 1, one script call per
 //     claim;
 //   - GoRedisScript: the same claim script, one key per call, through
 //     go-redis v9 with a pool of 64 connections, 64 concurrent callers (the
@@ -188,7 +188,7 @@ func BenchmarkClaim(b *testing.B) {
 	// client (rueidis auto-pipelines the concurrent calls).
 	b.Run("StoreUnbatched", func(b *testing.B) {
 		c := newClient(b)
-		s := newStore(b, c, &idemredis.Config{MaxBatch: 1})
+		s := newStore(b, c, &idemredis.Config{Coalesce: 1})
 		runCallers(b, freshClaims(ctx, s))
 	})
 
