@@ -60,13 +60,13 @@ func TestUnreachableServer(t *testing.T) {
 	start := time.Now()
 	err = s.Ping(ctx)
 	if err == nil {
-		t.Fatal("check against port 1 succeeded")
+		t.Fatal("Ping against port 1 succeeded")
 	}
 	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("check took %v; want a quick failure", d)
+		t.Errorf("Ping took %v; want a quick failure", d)
 	}
 	if !idem.IsRetryable(err) || !strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Errorf("check error = %v; want a retryable error naming the server", err)
+		t.Errorf("Ping error = %v; want a retryable error naming the server", err)
 	}
 	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: "k", Lease: time.Second}); !idem.IsRetryable(err) {
 		t.Errorf("claim error = %v; want retryable", err)

@@ -165,7 +165,7 @@ func TestMigrationSQL(t *testing.T) {
 	}
 }
 
-func TestCheckNotMigrated(t *testing.T) {
+func TestPingNotMigrated(t *testing.T) {
 	t.Parallel()
 	schema := newSchema(t)
 	ctx := ctxT(t)
