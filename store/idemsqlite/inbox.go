@@ -295,31 +295,15 @@ func (ib *Inbox) Release(ctx context.Context, ls []inboxdriver.Lease) (int64, er
 	return int64(len(kept)), err
 }
 
-// batches runs a bounded write transaction until it affects fewer rows
-// than limit.
+// batches is Store.inBatches with the inbox's error wrapping.
 func (ib *Inbox) batches(ctx context.Context, op string, limit int, stmt func(tx *sql.Tx, now int64) (sql.Result, error)) (int64, error) {
-	var total int64
-	for {
-		var n int64
-		err := ib.s.inTx(ctx, op, func(tx *sql.Tx, now int64) error {
-			res, err := stmt(tx, now)
-			if err != nil {
-				return ib.wrap(op, err)
-			}
-			n, err = res.RowsAffected()
-			return err
-		})
-		total += n
+	return ib.s.inBatches(ctx, op, limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
+		res, err := stmt(tx, now)
 		if err != nil {
-			return total, err
+			return nil, ib.wrap(op, err)
 		}
-		if n < int64(limit) {
-			return total, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return total, fmt.Errorf("idemsqlite: %s: %w", op, err)
-		}
-	}
+		return res, nil
+	})
 }
 
 // PurgeProcessed implements [inboxdriver.Backend].

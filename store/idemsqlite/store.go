@@ -699,14 +699,27 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	if limit == 0 {
 		limit = DefaultPurgeBatch
 	}
+	return s.inBatches(ctx, "purge", limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
+		res, err := tx.ExecContext(ctx, `DELETE FROM idem_records WHERE (scope, key) IN (
+	SELECT scope, key FROM idem_records WHERE expires_at <= ? LIMIT ?)`, now, limit)
+		if err != nil {
+			return nil, fmt.Errorf("idemsqlite: purge: %w", classify(err))
+		}
+		return res, nil
+	})
+}
+
+// inBatches runs stmt, which changes at most limit rows, each time in a
+// transaction of its own, until it changes fewer than limit rows or ctx
+// ends, and returns the rows changed in all. stmt wraps its own errors.
+func (s *Store) inBatches(ctx context.Context, op string, limit int, stmt func(tx *sql.Tx, now int64) (sql.Result, error)) (int64, error) {
 	var total int64
 	for {
 		var n int64
-		err := s.inTx(ctx, "purge", func(tx *sql.Tx, now int64) error {
-			res, err := tx.ExecContext(ctx, `DELETE FROM idem_records WHERE (scope, key) IN (
-	SELECT scope, key FROM idem_records WHERE expires_at <= ? LIMIT ?)`, now, limit)
+		err := s.inTx(ctx, op, func(tx *sql.Tx, now int64) error {
+			res, err := stmt(tx, now)
 			if err != nil {
-				return fmt.Errorf("idemsqlite: purge: %w", classify(err))
+				return err
 			}
 			n, err = res.RowsAffected()
 			return err
@@ -719,7 +732,7 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 			return total, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return total, err
+			return total, fmt.Errorf("idemsqlite: %s: %w", op, err)
 		}
 	}
 }
