@@ -20,7 +20,7 @@ type GuardConfig struct {
 	// values under [MinLease] are raised to it.
 	Lease time.Duration
 	// Retention is how long a completed result is kept and replayed.
-	// Default 24h.
+	// Default 24h. A positive Call.Retention overrides it for one call.
 	Retention time.Duration
 	// Wait, when positive, makes Do wait up to this long for an in-progress
 	// operation to finish and then replay its result, instead of returning
@@ -118,6 +118,10 @@ type Call struct {
 	Scope       string
 	Key         string
 	Fingerprint Fingerprint
+	// Retention, when positive, is how long this call's result is kept
+	// and replayed, instead of GuardConfig.Retention: a consumer passes
+	// the dedupe window its start-up check validated.
+	Retention time.Duration
 }
 
 // Run is handed to the guarded function: who it runs for and the fencing
@@ -322,6 +326,9 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 	}
 
 	req := CompleteRequest{Scope: call.Scope, Key: call.Key, Token: run.Token, Result: val, Retention: g.cfg.Retention}
+	if call.Retention > 0 {
+		req.Retention = call.Retention
+	}
 	if fnErr != nil {
 		req.Result, req.Failed = []byte(textcut.Cut(fnErr.Error(), g.cfg.MaxErrorBytes)), true
 	}

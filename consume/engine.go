@@ -79,8 +79,8 @@ type Config struct {
 	// Retry is the backoff policy for failed deliveries; nil means full
 	// jitter with the retry package's defaults (MaxAttempts 5).
 	Retry *retry.Policy
-	// Retention is the dedupe window passed in idem.Message. Zero means
-	// idem.DefaultRetention.
+	// Retention is the dedupe window passed in idem.Message (and, through
+	// GuardProcess, in idem.Call). Zero means idem.DefaultRetention.
 	Retention time.Duration
 	// MissingID is the policy for messages without an id; the zero value
 	// is DeadLetterMissingID.

@@ -18,11 +18,15 @@ import (
 //     infrastructure error: retried later, not counted;
 //   - a different payload under the same id: Mismatch.
 //
+// A completion is kept for msg.Retention, the consumer's Config.Retention
+// (the window its start-up check validated against the redelivery
+// horizon), not the Guard's GuardConfig.Retention.
+//
 // The handler receives the Guard's Run so it can derive downstream
 // idempotency keys from it.
 func GuardProcess(g *idem.Guard, handler func(ctx context.Context, run idem.Run, d Delivery) error) ProcessFunc {
 	return func(ctx context.Context, msg idem.Message, d Delivery) (idem.Outcome, error) {
-		res, err := g.Do(ctx, idem.Call{Scope: msg.Scope, Key: msg.Key, Fingerprint: msg.Fingerprint},
+		res, err := g.Do(ctx, idem.Call{Scope: msg.Scope, Key: msg.Key, Fingerprint: msg.Fingerprint, Retention: msg.Retention},
 			func(ctx context.Context, run idem.Run) ([]byte, error) { return nil, handler(ctx, run, d) })
 		var stored *idem.StoredError
 		switch {
