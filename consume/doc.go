@@ -29,7 +29,13 @@
 // The retry state travels with the message in headers (see [State.Headers]
 // and [ParseState]); dead letters carry the same headers plus the reason,
 // the consumer and the origin, so that the dead-letter tools can show why a
-// message failed and where to send it back.
+// message failed and where to send it back. A dead letter also carries the
+// original message's id ([HeaderOriginalID]) and its own id
+// ([HeaderDeadLetterID], [DeadLetterID]), derived by the adapter from the
+// original delivery's place in the broker: a delivery re-read after a crash
+// and dead-lettered again produces the same dead-letter id, which the
+// broker's own dedupe (NATS) or the reader of the dead letters (Kafka,
+// RabbitMQ) uses to keep one.
 //
 // # Hooks
 //

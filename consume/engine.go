@@ -326,7 +326,7 @@ func (e *Engine) deadLetter(ctx context.Context, d Delivery, st State, reason id
 }
 
 func (e *Engine) deadLetterState(ctx context.Context, d Delivery, st State, reason idem.DeadReason) (idem.Outcome, error) {
-	dl := DeadLetter{State: st, Reason: reason, Consumer: e.cfg.Name, Origin: d.Origin()}
+	dl := DeadLetter{State: st, Reason: reason, Consumer: e.cfg.Name, Origin: d.Origin(), OriginalID: d.ID()}
 	return idem.DeadLettered, wrapSettle("dead-letter", d.DeadLetter(ctx, dl))
 }
 

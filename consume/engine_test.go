@@ -223,7 +223,8 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 			t.Fatalf("attempt %d: %v, %q", attempt, out, d.ops())
 		}
 		dl := d.dl
-		if dl.Reason != idem.DeadMaxAttempts || dl.Attempts != 3 || dl.Consumer != "payments" || dl.Origin != "orders/created" || dl.LastError != "gateway timeout" {
+		if dl.Reason != idem.DeadMaxAttempts || dl.Attempts != 3 || dl.Consumer != "payments" || dl.Origin != "orders/created" || dl.LastError != "gateway timeout" ||
+			dl.OriginalID != d.id || dl.DeadLetterID != "" {
 			t.Fatalf("dead letter %+v", dl)
 		}
 		break

@@ -28,7 +28,31 @@ const (
 	// HeaderOrigin names where the message was first published (for
 	// RabbitMQ, the exchange and routing key).
 	HeaderOrigin = "x-idem-origin"
+	// HeaderOriginalID is the id the original message was deduped under
+	// (the producer's id), kept in its own header because a broker's own
+	// id field may carry the dead-letter id (NATS: Nats-Msg-Id).
+	HeaderOriginalID = "x-idem-original-id"
+	// HeaderDeadLetterID identifies the dead letter: derived from the
+	// original delivery (see [DeadLetterID]), so that the same delivery
+	// dead-lettered twice (re-read after a crash, before its settlement
+	// reached the broker) carries the same id, and readers of the dead
+	// letters can keep one of each.
+	HeaderDeadLetterID = "x-idem-dead-letter-id"
 )
+
+// DeadLetterID returns the id of the dead letter of the delivery that
+// parts locate in its broker (Kafka: topic, partition and offset; NATS:
+// stream and sequence): "dl-" and 64 hex digits of a length-prefixed
+// SHA-256 of the parts, a valid idem key and message id. The same parts
+// give the same id.
+func DeadLetterID(parts ...string) string {
+	bs := make([][]byte, 0, len(parts)+1)
+	bs = append(bs, []byte("idem-dead-letter-v1"))
+	for _, p := range parts {
+		bs = append(bs, []byte(p))
+	}
+	return "dl-" + idem.FingerprintParts(bs...).String()
+}
 
 // State is the retry state a message carries from earlier attempts.
 type State struct {
@@ -117,6 +141,12 @@ type DeadLetter struct {
 	Consumer string
 	// Origin is where the message was first published.
 	Origin string
+	// OriginalID is the original message's id ([Delivery.ID]), "" when it
+	// had none. The engine sets it.
+	OriginalID string
+	// DeadLetterID identifies this dead letter (see [DeadLetterID]); the
+	// adapter sets it from its delivery's position in the broker.
+	DeadLetterID string
 }
 
 // Headers returns the dead letter's metadata as header values.
@@ -130,6 +160,12 @@ func (d DeadLetter) Headers() map[string]string {
 	if d.Origin != "" {
 		h[HeaderOrigin] = d.Origin
 	}
+	if d.OriginalID != "" {
+		h[HeaderOriginalID] = d.OriginalID
+	}
+	if d.DeadLetterID != "" {
+		h[HeaderDeadLetterID] = d.DeadLetterID
+	}
 	return h
 }
 
@@ -142,6 +178,8 @@ func ParseDeadLetter(get func(name string) (string, bool)) DeadLetter {
 	d.Reason = parseReason(reason)
 	d.Consumer, _ = get(HeaderConsumer)
 	d.Origin, _ = get(HeaderOrigin)
+	d.OriginalID, _ = get(HeaderOriginalID)
+	d.DeadLetterID, _ = get(HeaderDeadLetterID)
 	return d
 }
 

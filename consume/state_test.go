@@ -16,6 +16,7 @@ func TestStateHeadersRoundTrip(t *testing.T) {
 	dl := consume.DeadLetter{
 		State:  consume.State{Attempts: 3, InfraRetries: 2, FirstFailure: t0, LastFailure: t0.Add(time.Minute), LastError: "boom"},
 		Reason: idem.DeadMaxAttempts, Consumer: "c", Origin: "ex/rk",
+		OriginalID: "order-1", DeadLetterID: consume.DeadLetterID("orders", "0", "42"),
 	}
 	h := dl.Headers()
 	get := func(k string) (string, bool) { v, ok := h[k]; return v, ok }
@@ -58,6 +59,28 @@ func TestParseDeadLetterLegacyReasons(t *testing.T) {
 	}
 	// A dead letter written today carries the new spelling.
 	if h := (consume.DeadLetter{Reason: idem.DeadMismatch}).Headers(); h[consume.HeaderReason] != "mismatch" {
+		t.Fatalf("headers %v", h)
+	}
+}
+
+func TestDeadLetterID(t *testing.T) {
+	t.Parallel()
+	id := consume.DeadLetterID("orders", "0", "42")
+	if id != consume.DeadLetterID("orders", "0", "42") || !strings.HasPrefix(id, "dl-") || len(id) != 67 || idem.ValidateKey(id) != nil {
+		t.Fatalf("id %q", id)
+	}
+	// Length-prefixed: moving a boundary makes another id.
+	for _, other := range [][]string{{"orders", "04", "2"}, {"orders0", "42"}, {"orders", "0", "43"}} {
+		if consume.DeadLetterID(other...) == id {
+			t.Fatalf("%q collides with %q", other, id)
+		}
+	}
+	// No id headers when they are unset.
+	h := (consume.DeadLetter{Reason: idem.DeadPermanent}).Headers()
+	if _, ok := h[consume.HeaderOriginalID]; ok {
+		t.Fatalf("headers %v", h)
+	}
+	if _, ok := h[consume.HeaderDeadLetterID]; ok {
 		t.Fatalf("headers %v", h)
 	}
 }
