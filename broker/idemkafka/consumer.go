@@ -79,6 +79,12 @@ type Config struct {
 	// RevokeGrace is how long a revocation waits for an in-flight batch of
 	// a revoked partition to finish before abandoning it. Default 5s.
 	RevokeGrace time.Duration
+	// ShutdownTimeout bounds what Run does after its context ends: commit
+	// the offsets of what committed, leave the group and close the client.
+	// Whatever is not done by then is abandoned (an unanswered leave ends
+	// with the group's session timeout; uncommitted records are read again
+	// and deduped) and Run returns. Default 10s.
+	ShutdownTimeout time.Duration
 }
 
 type topicPartition struct {
@@ -101,6 +107,7 @@ type Consumer struct {
 	policy retry.Policy
 
 	mu       sync.Mutex
+	stopping context.Context // the shutdown's, once Run's ctx has ended
 	inflight map[topicPartition]*inflight
 	revoked  map[topicPartition]bool
 	pending  map[string]map[int32]kgo.EpochOffset
@@ -129,6 +136,9 @@ func NewConsumer(cfg *Config) (*Consumer, error) {
 	}
 	if c.cfg.RevokeGrace <= 0 {
 		c.cfg.RevokeGrace = 5 * time.Second
+	}
+	if c.cfg.ShutdownTimeout <= 0 {
+		c.cfg.ShutdownTimeout = 10 * time.Second
 	}
 	engine, err := consume.New(c.one, &c.cfg.Config)
 	if err != nil {
@@ -181,9 +191,9 @@ func (c *Consumer) checkRetention(ctx context.Context, cl *kgo.Client) error {
 
 // Run checks the topics' retention as [Consumer.Ping] does, joins the
 // group and consumes until ctx ends, then commits what committed, leaves
-// the group and closes its client; a Consumer runs once. It returns nil
-// when ctx ends (also during the check), or the error of the check or of
-// a fatal fetch.
+// the group and closes its client, all within Config.ShutdownTimeout (see
+// [Consumer.shutdown]); a Consumer runs once. It returns nil when ctx ends
+// (also during the check), or the error of the check.
 func (c *Consumer) Run(ctx context.Context) error {
 	opts := append([]kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, c.cfg.ClientOpts...)
 	opts = append(opts,
@@ -206,15 +216,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("idemkafka: client: %w", err)
 	}
-	defer cl.Close() // leaves the group
+	defer c.shutdown(ctx, cl)
 	for {
 		fetches := cl.PollRecords(ctx, c.cfg.MaxPollRecords)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
-			// Commit what committed before leaving, on a context of its
-			// own: ctx has ended.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			c.commit(cctx, cl, c.takePending(nil))
 			return nil
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -229,6 +234,47 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.commit(ctx, cl, c.takePending(nil))
 		}
 	}
+}
+
+// shutdown commits what committed, leaves the group and closes cl, within
+// Config.ShutdownTimeout in all, on a context of its own (ctx has ended).
+// A group that does not answer cannot hold it longer: franz-go's Close
+// waits for the leave without a bound, so the leave gets the shutdown's
+// context, the revocation it triggers commits on it too, and when the
+// bound passes shutdown returns and lets the close finish in the
+// background, where the ended context makes it quick.
+func (c *Consumer) shutdown(ctx context.Context, cl *kgo.Client) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+	defer cancel()
+	c.mu.Lock()
+	c.stopping = sctx
+	c.mu.Unlock()
+	c.commit(sctx, cl, c.takePending(nil))
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		cl.LeaveGroupContext(sctx) // a canceled context makes Close skip the wait
+		cl.Close()
+	}()
+	select {
+	case <-closed:
+	case <-sctx.Done():
+		c.cfg.Logger.Warn("idem: kafka consumer did not commit and leave its group within ShutdownTimeout; abandoning the rest (the group rebalances after its session timeout, uncommitted records are read again and deduped)",
+			"consumer", c.cfg.Name, "group", c.cfg.Group, "timeout", c.cfg.ShutdownTimeout)
+	}
+}
+
+// bounded returns ctx, also canceled when the shutdown's time is up.
+func (c *Consumer) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	c.mu.Lock()
+	stopping := c.stopping
+	c.mu.Unlock()
+	if stopping == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(stopping, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // partition processes one partition's records unless it was revoked, and
@@ -361,6 +407,8 @@ func (c *Consumer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[str
 // that the new owner starts after it and dedupes the rest.
 func (c *Consumer) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	c.stop(revoked)
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	c.commit(ctx, cl, c.takePending(revoked))
 }
 
@@ -442,6 +490,17 @@ func (d *delivery) ID() string {
 	return ""
 }
 
+// DeadLetterID returns the dead-letter id ([consume.HeaderDeadLetterID]) of
+// the record at topic, partition and offset: the same record dead-lettered
+// twice (read again after a crash, before its offset was committed)
+// produces two dead-letter records with the same id. Consumers of the
+// dead-letter topic dedupe on it, keeping one record per id: an idemkafka
+// Consumer of that topic does with Config.IDHeader set to
+// consume.HeaderDeadLetterID.
+func DeadLetterID(topic string, partition int32, offset int64) string {
+	return consume.DeadLetterID("kafka", topic, strconv.FormatInt(int64(partition), 10), strconv.FormatInt(offset, 10))
+}
+
 // offsetKey is "topic-partition-offset", hashed when it would exceed the
 // key limit (topic names go up to 249 bytes).
 func offsetKey(topic string, partition int32, offset int64) string {
@@ -464,13 +523,17 @@ func (d *delivery) Retry(_ context.Context, _ time.Duration, st consume.State) e
 }
 
 // DeadLetter produces a copy of the record with the failure headers and
-// the original topic, partition and offset, and waits for the broker.
+// the original topic, partition and offset, and waits for the broker. Its
+// dead-letter id ([DeadLetterID]) comes from that topic, partition and
+// offset: a record re-read after a crash, before its offset was committed,
+// and dead-lettered again carries the same one.
 func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error {
 	topic := d.c.cfg.DeadLetterTopic
 	if topic == "" {
 		topic = d.r.Topic + ".dlq"
 	}
 	out := &kgo.Record{Topic: topic, Key: d.r.Key, Value: d.r.Value}
+	dl.DeadLetterID = DeadLetterID(d.r.Topic, d.r.Partition, d.r.Offset)
 	extra := dl.Headers()
 	extra[HeaderTopic] = d.r.Topic
 	extra[HeaderPartition] = strconv.FormatInt(int64(d.r.Partition), 10)

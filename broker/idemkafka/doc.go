@@ -52,6 +52,24 @@
 // outages (idem.Retryable, idem.ErrCommitUnknown) retry the whole batch
 // without counting toward max_attempts.
 //
+// A dead letter carries the original id (consume.HeaderOriginalID) and a
+// dead-letter id (consume.HeaderDeadLetterID, [DeadLetterID]) derived from
+// the record's topic, partition and offset. Kafka has no dedupe on
+// produce across a crash: a record read again after a crash, before its
+// offset was committed, is dead-lettered again, with the same dead-letter
+// id. Consumers of the dead-letter topic dedupe on that id (an idemkafka
+// Consumer with Config.IDHeader set to consume.HeaderDeadLetterID does).
+//
+// # Shutdown
+//
+// When Run's context ends, the in-flight batch is abandoned (its context
+// ends, its transaction rolls back), the offsets of what committed are
+// committed, the consumer leaves the group and closes its client, all
+// within Config.ShutdownTimeout (default 10s); what is not done by then is
+// abandoned and Run returns. A group coordinator that stops answering
+// cannot hold the process: the group rebalances after its session timeout
+// and the uncommitted records are read again and deduped.
+//
 // # The dedupe window
 //
 // [NewConsumer] does no I/O; it refuses a dedupe retention shorter than

@@ -175,10 +175,16 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 // committed returns the group's committed offset per partition.
 func (e *env) committed(t *testing.T, group string) map[int32]int64 {
 	t.Helper()
+	return e.committedOn(t, group, e.topic)
+}
+
+// committedOn returns the group's committed offset per partition of topic.
+func (e *env) committedOn(t *testing.T, group, topic string) map[int32]int64 {
+	t.Helper()
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Group = group
 	rt := kmsg.NewOffsetFetchRequestTopic()
-	rt.Topic = e.topic
+	rt.Topic = topic
 	rt.Partitions = []int32{0, 1, 2, 3}
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(context.Background(), e.admin)
