@@ -12,6 +12,7 @@ var serviceExamples = map[string]string{
 	"IDEM_REDIS_URL":    "redis://127.0.0.1:6379/0",
 	"IDEM_AMQP_URL":     "amqp://guest:guest@127.0.0.1:5672/",
 	"IDEM_NATS_URL":     "nats://127.0.0.1:4222",
+	"IDEM_MYSQL_URL":    "mysql://root@127.0.0.1:3306/test",
 }
 
 // ServiceURL returns the value of the environment variable env, the URL of
