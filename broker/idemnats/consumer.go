@@ -76,8 +76,10 @@ const maxStates = 10000
 // AckWait × MaxDeliver (AckWait × max_attempts when MaxDeliver is
 // unlimited) and the stream's duplicate window (checked by Ping and Run).
 // Ping and Run also refuse a consumer whose MaxDeliver would stop
-// redeliveries before idem dead-letters, one without explicit acks, and a
-// dead-letter subject no stream captures.
+// redeliveries before idem dead-letters, one without explicit acks, a
+// dead-letter subject no stream captures, and a dead-letter stream whose
+// duplicate window is shorter than the consumer's AckWait (a dead letter
+// published again after a crash would be stored twice).
 func NewConsumer(js jetstream.JetStream, cfg *Config) (*Consumer, error) {
 	if js == nil || cfg == nil {
 		return nil, fmt.Errorf("%w: idemnats: NewConsumer needs a JetStream context and a config", idem.ErrInvalidConfig)
@@ -124,11 +126,25 @@ func (c *Consumer) lookup(ctx context.Context) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idemnats: consumer %q on stream %q: %w", c.cfg.Consumer, c.cfg.Stream, err)
 	}
-	if err := c.check(cons.CachedInfo().Config, stream.CachedInfo().Config); err != nil {
+	cc := cons.CachedInfo().Config
+	if err := c.check(cc, stream.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	if _, err := c.js.StreamNameBySubject(ctx, c.cfg.DeadLetterSubject); err != nil {
+	name, err := c.js.StreamNameBySubject(ctx, c.cfg.DeadLetterSubject)
+	if err != nil {
 		return nil, fmt.Errorf("%w: idemnats: no stream captures the dead-letter subject %q: %w", idem.ErrInvalidConfig, c.cfg.DeadLetterSubject, err)
+	}
+	dlq, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("idemnats: dead-letter stream %q: %w", name, err)
+	}
+	// A dead letter published again after a crash (before the original
+	// was terminated) comes once the original is redelivered, after
+	// AckWait: the dead-letter stream drops the copy only inside its
+	// duplicate window.
+	if dup := dlq.CachedInfo().Config.Duplicates; dup < cc.AckWait {
+		return nil, fmt.Errorf("%w: idemnats: dead-letter stream %q has a duplicate window of %v, shorter than consumer %q's AckWait %v: a dead letter published again after a crash would be stored twice; raise the window above %v",
+			idem.ErrInvalidConfig, name, dup, c.cfg.Consumer, cc.AckWait, cc.AckWait)
 	}
 	return cons, nil
 }
@@ -256,13 +272,23 @@ func (d *delivery) seq() uint64 {
 	return d.md.Sequence.Stream
 }
 
-// State is the retry state this process recorded at the last Nak of the
-// message; NAK cannot rewrite headers. After a restart, or for a message
-// another process failed, it falls back to the server's delivery count:
-// every earlier delivery counts as a failed attempt, so a message can be
-// dead-lettered sooner, never later.
+// State is the message's retry state, derived from the server's delivery
+// count, which every process sees, and the state this process recorded at
+// its own last failure of the message (NAK cannot rewrite headers):
+//
+//   - every delivery this process did not handle itself (another process
+//     had it, or this one before a restart) counts as one failed attempt,
+//     so a message is never dead-lettered later than max_attempts, and
+//     never earlier when the failures were counted ones;
+//   - the failure times and last error are this process's, exact when it
+//     saw the first failure; otherwise the first failure is the message's
+//     stream timestamp (when it was stored: the earliest the first failure
+//     can have been).
 func (d *delivery) State() consume.State {
-	if st, ok := d.c.states.get(d.seq()); ok {
+	before := d.before()
+	if e, ok := d.c.states.get(d.seq()); ok && e.delivered <= before {
+		st := e.st
+		st.Attempts += before - e.delivered
 		return st
 	}
 	st := consume.ParseState(func(name string) (string, bool) {
@@ -272,10 +298,22 @@ func (d *delivery) State() consume.State {
 		}
 		return v[0], true
 	})
-	if d.md != nil && d.md.NumDelivered > 1 {
-		st.Attempts = max(st.Attempts, int(d.md.NumDelivered-1))
+	if before > 0 {
+		st.Attempts = max(st.Attempts, before)
+		if st.FirstFailure.IsZero() {
+			st.FirstFailure = d.md.Timestamp
+		}
 	}
 	return st
+}
+
+// before is the number of earlier deliveries of the message, from the
+// server's count.
+func (d *delivery) before() int {
+	if d.md == nil || d.md.NumDelivered < 1 {
+		return 0
+	}
+	return int(d.md.NumDelivered - 1)
 }
 
 func (d *delivery) Ack(ctx context.Context) error {
@@ -287,33 +325,40 @@ func (d *delivery) Ack(ctx context.Context) error {
 }
 
 func (d *delivery) Retry(_ context.Context, after time.Duration, st consume.State) error {
-	d.c.states.put(d.seq(), st)
+	d.c.states.put(d.seq(), retryState{st: st, delivered: d.before() + 1})
 	return d.m.NakWithDelay(after)
 }
 
-func (d *delivery) Requeue(context.Context) error { return d.m.Nak() }
+// Requeue naks the message; this delivery is recorded as this process's
+// own, so that it does not count as a failed attempt.
+func (d *delivery) Requeue(context.Context) error {
+	d.c.states.put(d.seq(), retryState{st: d.State(), delivered: d.before() + 1})
+	return d.m.Nak()
+}
 
 // DeadLetter publishes a copy with the failure headers and waits for the
-// stream's ack before it terminates the original. Its Nats-Msg-Id is
-// derived from the original's stream and sequence, so a repeat after a
-// crash between the two steps is dropped by the dead-letter stream's
-// duplicate window.
+// stream's ack before it terminates the original. Its Nats-Msg-Id is its
+// dead-letter id ([DeadLetterID]), derived from the original's stream and
+// sequence, so a repeat after a crash between the two steps is dropped by
+// the dead-letter stream's duplicate window; the original's Nats-Msg-Id
+// is kept in consume.HeaderOriginalID.
 func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error {
 	out := nats.NewMsg(d.c.cfg.DeadLetterSubject)
 	for k, v := range d.m.Headers() {
 		out.Header[k] = append([]string(nil), v...)
-	}
-	for k, v := range dl.Headers() {
-		out.Header.Set(k, v)
 	}
 	stream := d.c.cfg.Stream
 	if d.md != nil {
 		stream = d.md.Stream
 		out.Header.Set(HeaderDeliveries, strconv.FormatUint(d.md.NumDelivered, 10))
 	}
+	dl.DeadLetterID = DeadLetterID(stream, d.seq())
+	for k, v := range dl.Headers() {
+		out.Header.Set(k, v)
+	}
 	out.Header.Set(HeaderStream, stream)
 	out.Header.Set(HeaderStreamSeq, strconv.FormatUint(d.seq(), 10))
-	out.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("idem-dead-letter:%s:%d", stream, d.seq()))
+	out.Header.Set(jetstream.MsgIDHeader, dl.DeadLetterID)
 	out.Data = d.m.Data()
 	if _, err := d.c.js.PublishMsg(ctx, out); err != nil {
 		return idem.Retryable(fmt.Errorf("idemnats: publish dead letter to %q: %w", d.c.cfg.DeadLetterSubject, err))
@@ -324,27 +369,41 @@ func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error 
 	return d.m.Term()
 }
 
+// DeadLetterID returns the dead-letter id of the message at seq in
+// stream: the Nats-Msg-Id of its dead letter, and its
+// consume.HeaderDeadLetterID.
+func DeadLetterID(stream string, seq uint64) string {
+	return consume.DeadLetterID("nats", stream, strconv.FormatUint(seq, 10))
+}
+
+// retryState is the state this process recorded when it settled the
+// delivered-th delivery of a message.
+type retryState struct {
+	st        consume.State
+	delivered int
+}
+
 // stateCache remembers the retry state of Nak'ed messages by stream
 // sequence, up to a bound; when full it forgets an arbitrary entry, whose
 // message then falls back to the delivery count.
 type stateCache struct {
 	mu  sync.Mutex
 	max int
-	m   map[uint64]consume.State
+	m   map[uint64]retryState
 }
 
 func newStateCache(n int) *stateCache {
-	return &stateCache{max: n, m: make(map[uint64]consume.State)}
+	return &stateCache{max: n, m: make(map[uint64]retryState)}
 }
 
-func (s *stateCache) get(seq uint64) (consume.State, bool) {
+func (s *stateCache) get(seq uint64) (retryState, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.m[seq]
 	return st, ok
 }
 
-func (s *stateCache) put(seq uint64, st consume.State) {
+func (s *stateCache) put(seq uint64, st retryState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.m[seq]; !ok && len(s.m) >= s.max {

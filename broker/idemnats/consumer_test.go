@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -214,6 +216,11 @@ func TestHandlerFailureRetriesThenDeadLetter(t *testing.T) {
 	if h.Get("trace") != "abc" || h.Get(idemnats.HeaderStream) != e.stream || h.Get(idemnats.HeaderStreamSeq) != "1" || h.Get(idemnats.HeaderDeliveries) != "3" {
 		t.Fatalf("headers %v", h)
 	}
+	// The original id keeps its own header; Nats-Msg-Id is the dead
+	// letter's own id, for the dead-letter stream's dedupe.
+	if meta.OriginalID != "order-7" || meta.DeadLetterID != idemnats.DeadLetterID(e.stream, 1) || h.Get(jetstream.MsgIDHeader) != meta.DeadLetterID {
+		t.Fatalf("ids: %+v, Nats-Msg-Id %q", meta, h.Get(jetstream.MsgIDHeader))
+	}
 	if string(dl[0].Data()) != `{"order":7}` {
 		t.Fatalf("body %q", dl[0].Data())
 	}
@@ -232,6 +239,69 @@ func TestHandlerFailureRetriesThenDeadLetter(t *testing.T) {
 	if len(e.effects(t)) != 0 {
 		t.Fatal("a failed handler left an effect")
 	}
+}
+
+// Two consumer processes (separate connections) share one durable; the
+// redeliveries of poison messages land on either. Every dead letter says
+// max_attempts attempts, the server's delivery count, and a first failure
+// before the last; no message is tried more than max_attempts times.
+func TestRetryStateAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Minute)
+	ctx := context.Background()
+	e.consumer(t, "shared", 5*time.Second, -1)
+	const n = 12
+	var mu sync.Mutex
+	handledBy := map[string][]int{}
+	for i := range 2 {
+		nc, err := nats.Connect(natsURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := idemnats.Config{Config: consume.Config{Name: "orders", Retry: fast, Logger: quiet}, Stream: e.stream, Consumer: "shared",
+			DeadLetterSubject: e.dlq, Concurrency: 2, Process: e.process(func(d consume.Delivery) error {
+				mu.Lock()
+				handledBy[d.ID()] = append(handledBy[d.ID()], i)
+				mu.Unlock()
+				return errors.New("gateway timeout")
+			})}
+		c, err := idemnats.NewConsumer(js, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, c)
+	}
+	pub := idemnats.NewPublisher(e.js)
+	for i := range n {
+		if _, err := pub.Publish(ctx, e.subject, []byte("poison"), fmt.Sprintf("p-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 20*time.Second, "every dead letter", func() bool { return streamMsgs(t, e, e.stream+"_DLQ") == n })
+	for _, m := range readDLQ(t, e, n) {
+		h := m.Headers()
+		meta := consume.ParseDeadLetter(func(k string) (string, bool) { v := h.Get(k); return v, v != "" })
+		if meta.Attempts != 3 || h.Get(idemnats.HeaderDeliveries) != "3" || meta.FirstFailure.IsZero() || !meta.FirstFailure.Before(meta.LastFailure) {
+			t.Errorf("dead letter of %s (handled by %v): %+v, deliveries %s", meta.OriginalID, handledBy[meta.OriginalID], meta, h.Get(idemnats.HeaderDeliveries))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	crossed := 0
+	for id, by := range handledBy {
+		if len(by) != 3 {
+			t.Errorf("%s handled %d times (by %v), want max_attempts 3", id, len(by), by)
+		}
+		if slices.Contains(by, 0) && slices.Contains(by, 1) {
+			crossed++
+		}
+	}
+	t.Logf("%d of %d messages were handled by both processes", crossed, n)
 }
 
 func TestMissingIDAndPermanent(t *testing.T) {
@@ -315,6 +385,11 @@ func TestStartupChecks(t *testing.T) {
 	if _, err := e.js.CreateOrUpdateConsumer(ctx, e.stream, jetstream.ConsumerConfig{Durable: "none", AckPolicy: jetstream.AckNonePolicy}); err != nil {
 		t.Fatal(err)
 	}
+	shortDLQ := "idemtest." + suffix() + ".dlq"
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: e.stream + "_SHORTDLQ", Subjects: []string{shortDLQ}, Duplicates: time.Second, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.js.DeleteStream(context.Background(), e.stream+"_SHORTDLQ") })
 	base := idemnats.Config{Config: consume.Config{Name: "orders", Retry: fast, Logger: quiet}, Stream: e.stream, DeadLetterSubject: e.dlq, Process: e.process(nil)}
 	try := func(mod func(*idemnats.Config)) error {
 		cfg := base
@@ -348,6 +423,9 @@ func TestStartupChecks(t *testing.T) {
 		{"ack none", func(c *idemnats.Config) { c.Consumer = "none" }, []string{"explicit acks"}},
 		{"dlq not captured", func(c *idemnats.Config) { c.Consumer = "long"; c.DeadLetterSubject = "nowhere." + suffix() }, []string{"dead-letter subject"}},
 		{"no dlq", func(c *idemnats.Config) { c.Consumer = "long"; c.DeadLetterSubject = "" }, []string{"DeadLetterSubject"}},
+		// The dead-letter stream forgets a dead letter's id after 1s; the
+		// original comes back after AckWait 1m.
+		{"dlq duplicate window", func(c *idemnats.Config) { c.Consumer = "long"; c.DeadLetterSubject = shortDLQ }, []string{"duplicate window of 1s", "AckWait 1m0s"}},
 		{"no consumer", func(c *idemnats.Config) { c.Consumer = "" }, []string{"Stream and Consumer"}},
 		{"no name", func(c *idemnats.Config) { c.Consumer = "long"; c.Name = "" }, []string{"name"}},
 	}

@@ -20,15 +20,43 @@
 // # Retries and dead letters
 //
 // A failed handler is retried with NakWithDelay on the full-jitter
-// schedule of Config.Retry. NAK cannot rewrite headers, so the retry state
-// (attempts, failure times, last error) is kept in the consuming process;
-// after a restart the server's delivery count stands in for it, which can
-// only dead-letter a message sooner. After max_attempts (or at once for a
+// schedule of Config.Retry. After max_attempts (or at once for a
 // retry.Permanent error, an id conflict or a missing id) the message is
 // published to Config.DeadLetterSubject with the consume.Header* failure
 // headers plus [HeaderStream], [HeaderStreamSeq] and [HeaderDeliveries],
 // and the original is terminated (Term) once the dead-letter stream has
 // acknowledged the copy.
+//
+// # Retry state across processes
+//
+// NAK cannot rewrite headers, so the retry state cannot travel with the
+// message; the redeliveries of one message land on any process that
+// consumes the durable. The state is therefore derived from the server's
+// delivery count, which every process sees, and each process's record of
+// its own failures:
+//
+//   - attempts: every earlier delivery this process did not settle itself
+//     (another process had it, or this one before a restart, or AckWait
+//     expired) counts as one failed attempt. With handler failures only,
+//     that is exact: the dead letter says max_attempts, and
+//     [HeaderDeliveries] says the same. An infrastructure failure or an
+//     unknown commit on another process counts as an attempt here, so a
+//     message can be dead-lettered sooner under an outage, never later;
+//   - first failure: exact when the process that dead-letters saw the
+//     first failure; otherwise the message's stream timestamp (when it was
+//     stored), the earliest the first failure can have been. JetStream
+//     keeps no time of a message's first delivery;
+//   - last failure and last error: the dead-lettering process's own.
+//
+// # Dead-letter ids
+//
+// A dead letter's Nats-Msg-Id is its dead-letter id ([DeadLetterID], also
+// in consume.HeaderDeadLetterID), derived from the original's stream and
+// sequence; the original's Nats-Msg-Id is kept in consume.HeaderOriginalID.
+// A dead letter published again after a crash before the original was
+// terminated (the original comes back after AckWait) is dropped by the
+// dead-letter stream's duplicate window, which must therefore exceed
+// AckWait (checked at start).
 //
 // # The dedupe window
 //
@@ -38,8 +66,9 @@
 // retention is shorter than the longest of max_attempts × max_backoff,
 // AckWait × MaxDeliver and the duplicate window; the error names both
 // numbers. It also refuses a MaxDeliver lower than max_attempts (the
-// server would give up before idem dead-letters) and a dead-letter subject
-// that no stream captures.
+// server would give up before idem dead-letters), a dead-letter subject
+// that no stream captures, and a dead-letter stream whose duplicate window
+// is shorter than AckWait.
 //
 // # Publishing
 //
