@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idemsqlite"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // cliResult is what one in-process run of the command line produced.
@@ -114,6 +117,12 @@ func TestHelp(t *testing.T) {
 			t.Errorf("keys get --help lacks %q:\n%s", w, r.Stdout)
 		}
 	}
+	// --store's help names every scheme the CLI knows.
+	for _, b := range backends {
+		if !strings.Contains(r.Stdout, b.Example) {
+			t.Errorf("keys get --help does not name %s (%s):\n%s", b.Name, b.Example, r.Stdout)
+		}
+	}
 }
 
 func TestVersion(t *testing.T) {
@@ -122,6 +131,9 @@ func TestVersion(t *testing.T) {
 	wantExit(t, r, exitOK)
 	if !strings.HasPrefix(r.Stdout, "idem ") || !strings.Contains(r.Stdout, "go1.") {
 		t.Fatalf("version output %q", r.Stdout)
+	}
+	if flag := runCLI(t, nil, "--version"); flag.Code != exitOK || flag.Stdout != r.Stdout {
+		t.Fatalf("idem --version: exit %d, %q; want %q", flag.Code, flag.Stdout, r.Stdout)
 	}
 	info := func(bi *debug.BuildInfo, ok bool) func() (*debug.BuildInfo, bool) {
 		return func() (*debug.BuildInfo, bool) { return bi, ok }
@@ -158,6 +170,51 @@ func TestEnvFallback(t *testing.T) {
 	wantExit(t, runCLI(t, env, "keys", "get", "k"), exitFailure, "from-env.db")
 	wantExit(t, runCLI(t, env, "keys", "get", "--store", fromFlag, "k"), exitFailure, "from-flag.db")
 	wantExit(t, runCLI(t, map[string]string{"IDEM_DEMO_SEED": "x"}, "demo"), exitUsage, `invalid value "x" in IDEM_DEMO_SEED for --seed`)
+	// Flags with no fallback of their own get IDEM_<command path>_<flag>.
+	wantExit(t, runCLI(t, map[string]string{"IDEM_MIGRATE_DOWN_STEPS": "0"}, "migrate", "down"), exitUsage, "--steps must be positive, got 0")
+	wantExit(t, runCLI(t, map[string]string{"IDEM_BACKOFF_CLIENTS": "many"}, "backoff"), exitUsage, `in IDEM_BACKOFF_CLIENTS for --clients`)
+}
+
+// TestEveryFlagHasAnEnvFallback walks the command tree: every flag but
+// help, version and the --yes confirmations names an IDEM_* variable in its
+// help, and no two flags of one command share one.
+func TestEveryFlagHasAnEnvFallback(t *testing.T) {
+	t.Parallel()
+	a := &app{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+	root := a.rootCmd()
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		seen := map[string]string{}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			env := f.Annotations[envAnnotation]
+			if noEnv[f.Name] {
+				if len(env) != 0 {
+					t.Errorf("%s --%s must not have an environment fallback, has %v", c.CommandPath(), f.Name, env)
+				}
+				return
+			}
+			n++
+			if len(env) != 1 || !strings.HasPrefix(env[0], "IDEM_") || !strings.Contains(f.Usage, "(env "+env[0]+")") {
+				t.Errorf("%s --%s: environment fallback %v, usage %q", c.CommandPath(), f.Name, env, f.Usage)
+				return
+			}
+			if other, dup := seen[env[0]]; dup {
+				t.Errorf("%s: --%s and --%s share %s", c.CommandPath(), other, f.Name, env[0])
+			}
+			seen[env[0]] = f.Name
+		})
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	if n < 40 {
+		t.Fatalf("walked only %d flags", n)
+	}
+	if got := autoEnv(root.Commands()[0], "dry-run"); !strings.HasPrefix(got, "IDEM_") || strings.Contains(got, "-") {
+		t.Errorf("autoEnv = %q", got)
+	}
 }
 
 func TestBadStoreDSN(t *testing.T) {
@@ -309,17 +366,35 @@ func testKeysLifecycle(t *testing.T, storeArgs []string, open func(t *testing.T)
 	wantExit(t, cli("keys", "get", "--scope", "payments", key), exitFailure, "not found")
 	wantExit(t, cli("keys", "delete", "--scope", "payments", key), exitFailure, "not found")
 
+	// migrate down drops data: without --yes it names what it would revert
+	// and where, and reverts nothing.
+	r = cli("migrate", "down")
+	wantExit(t, r, exitUsage, "would revert", "(create_inbox)", "add --yes")
+	wantExit(t, cli("keys", "get", "--scope", "payments", key+"x"), exitFailure, "not found") // still migrated
+	r = cli("migrate", "status", "--json")
+	wantExit(t, r, exitOK)
+	var st migrateStatusJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil || st.Pending != 0 || len(st.Migrations) < 2 ||
+		!st.Migrations[0].Applied || st.Migrations[0].Name != "create_records" || st.Migrations[0].AppliedAt == nil || st.Store == "" {
+		t.Fatalf("migrate status --json = %+v, %v\n%s", st, err, r.Stdout)
+	}
+
 	// Revert every migration, however many later features have added.
-	r = cli("migrate", "down", "--steps", "1000")
+	r = cli("migrate", "down", "--steps", "1000", "--yes")
 	wantExit(t, r, exitOK)
 	if !strings.Contains(r.Stdout, "reverted migrations ") || !strings.Contains(r.Stdout, "1 in ") {
 		t.Fatalf("migrate down printed %q", r.Stdout)
 	}
 	wantExit(t, cli("keys", "get", "k"), exitFailure, "not migrated", "at version 0 of ", "run: idem migrate up --store")
 	r = cli("migrate", "status")
-	wantExit(t, r, exitOK)
+	wantExit(t, r, exitPending, "migrations pending")
 	if !strings.Contains(r.Stdout, "pending") || !strings.Contains(r.Stdout, " pending; run: idem migrate up") {
 		t.Fatalf("migrate status after down printed:\n%s", r.Stdout)
+	}
+	r = cli("migrate", "status", "--json")
+	wantExit(t, r, exitPending)
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil || st.Pending != len(st.Migrations) || st.Migrations[0].Applied {
+		t.Fatalf("migrate status --json after down = %+v, %v", st, err)
 	}
 	r = cli("migrate", "down")
 	wantExit(t, r, exitOK)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -149,9 +148,7 @@ func jsonTime(t time.Time) *time.Time {
 }
 
 func writeRecordJSON(w io.Writer, rec idem.Record) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(recordJSON{
+	return writeJSON(w, recordJSON{
 		Scope:          rec.Scope,
 		Key:            rec.Key,
 		State:          rec.State,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,11 +35,14 @@ effect, idempotency keys for HTTP, leases with fencing tokens.
 Start with "idem demo": a payments ledger fed duplicate deliveries, no server needed.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// "idem --version" prints what "idem version" does.
+		Version: versionLine(),
 		// A bare "idem" shows the help; "idem bogus" is a usage error.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(a))
@@ -48,8 +52,14 @@ Start with "idem demo": a payments ledger fed duplicate deliveries, no server ne
 }
 
 // wrap instruments every command's RunE so that it records that the command
-// line was accepted and applies environment fallbacks first.
+// line was accepted and applies environment fallbacks first. Every flag that
+// has no environment fallback of its own gets [autoEnv]'s.
 func (a *app) wrap(c *cobra.Command) {
+	c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+		if len(f.Annotations[envAnnotation]) == 0 && !noEnv[f.Name] {
+			envFlag(c, f.Name, autoEnv(c, f.Name))
+		}
+	})
 	if run := c.RunE; run != nil {
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			a.ran = true
@@ -85,6 +95,21 @@ func groupCmd(use, short string, subs ...*cobra.Command) *cobra.Command {
 	}
 	c.AddCommand(subs...)
 	return c
+}
+
+// noEnv names the flags that have no environment fallback: help and
+// version, and the confirmations of destructive commands, which must be
+// typed for each run (an IDEM_…_YES left in a shell would confirm them all).
+var noEnv = map[string]bool{"help": true, "version": true, "yes": true}
+
+// autoEnv is the environment fallback of a flag that names none of its own:
+// IDEM_, the command's path after "idem", then the flag, upper-cased with
+// "_" for spaces and dashes ("idem backoff --clients" → IDEM_BACKOFF_CLIENTS,
+// "idem dlq amqp list --limit" → IDEM_DLQ_AMQP_LIST_LIMIT).
+func autoEnv(c *cobra.Command, flag string) string {
+	path := strings.Fields(c.CommandPath())[1:]
+	name := strings.Join(append(path, flag), "_")
+	return "IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // envAnnotation is the flag annotation that names its environment fallback.
@@ -209,4 +234,11 @@ func isWord(s string) bool {
 		}
 	}
 	return true
+}
+
+// writeJSON writes v as indented JSON: the --json output of every command.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -29,6 +29,9 @@ type backend struct {
 	// Migrations lists the embedded migrations, for "migrate sql", which
 	// needs no connection.
 	Migrations func() []migration.Migration
+	// Schema is set when the backend keeps its tables in the schema --schema
+	// names (PostgreSQL), so that messages name it.
+	Schema bool
 }
 
 // storeConfig is what the user chose with --store and friends.
@@ -93,6 +96,20 @@ func openStore(ctx context.Context, cfg storeConfig) (store idem.Store, close fu
 		return nil, nil, err
 	}
 	return b.Open(ctx, cfg)
+}
+
+// describeStore names the store cfg selects for messages: its DSN without
+// a password and, for a backend with schemas, the schema.
+func describeStore(b *backend, cfg storeConfig) string {
+	s := redactDSN(cfg.DSN)
+	if b != nil && b.Schema {
+		schema := cfg.Schema
+		if schema == "" {
+			schema = "public"
+		}
+		s += " (schema " + schema + ")"
+	}
+	return s
 }
 
 // openMigrator opens the migrator of the backend cfg.DSN names.

@@ -22,6 +22,7 @@ var postgresBackend = sqlBackend[*pgxpool.Pool]{
 		Schemes:    []string{"postgres", "postgresql"},
 		Example:    "postgres://USER@HOST:PORT/DB",
 		Migrations: idempgx.Migrations,
+		Schema:     true,
 	},
 	connect: func(ctx context.Context, cfg storeConfig, forMigrations bool) (*pgxpool.Pool, func() error, error) {
 		maxConns := int32(pgStoreMaxConns)

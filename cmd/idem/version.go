@@ -16,10 +16,15 @@ func newVersionCmd(a *app) *cobra.Command {
 		Short: "Print the idem version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "idem %s (%s, %s/%s)\n", version(debug.ReadBuildInfo), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			return nil
 		},
 	}
+}
+
+// versionLine is what "idem version" and "idem --version" print.
+func versionLine() string {
+	return fmt.Sprintf("idem %s (%s, %s/%s)", version(debug.ReadBuildInfo), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // version returns the module version the binary was built from: the tag
