@@ -359,12 +359,29 @@ func (d *delivery) Retry(ctx context.Context, after time.Duration, st consume.St
 	return d.d.Ack(false)
 }
 
+// DeadLetter publishes a copy to the dead-letter exchange and acks the
+// original once the broker confirms it. RabbitMQ has no dedupe on publish:
+// a message redelivered after a crash between the two steps is
+// dead-lettered again, with the same dead-letter id ([DeadLetterID]), which
+// [ListDeadLetters] and [Redrive] use to keep one.
 func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error {
 	t := d.s.c.cfg.Topology
+	dl.DeadLetterID = DeadLetterID(t.Queue, d.d.MessageId, d.d.Body)
 	if err := d.s.publish(ctx, t.DeadLetterExchange, t.DeadLetterQueue, d.copy(dl.Headers())); err != nil {
 		return err
 	}
 	return d.d.Ack(false)
+}
+
+// DeadLetterID returns the dead-letter id of a message consumed from the
+// work queue queue with message id messageID (possibly empty) and body:
+// RabbitMQ gives a redelivered message no position of its own, so the id
+// is derived from what a redelivery keeps (the queue, the message id and
+// the content). A message dead-lettered again after a crash, and a
+// duplicate publish of the same message that fails the same way, get the
+// same id.
+func DeadLetterID(queue, messageID string, body []byte) string {
+	return consume.DeadLetterID("amqp", queue, messageID, idem.ContentID(body))
 }
 
 // copy returns the message as a persistent publishing with its properties,

@@ -42,6 +42,28 @@ type DeadMessage struct {
 	Body    []byte
 	// Published is the message's timestamp property (zero if unset).
 	Published time.Time
+	// Copies is, in [ListDeadLetters], how many of the messages read carry
+	// this dead letter's DeadLetterID (1: no repeat). A repeat is the same
+	// message dead-lettered again after a redelivery (see [DeadLetterID]).
+	Copies int
+	// Repeat is set by [ScanDeadLetters] on a message whose DeadLetterID
+	// an earlier message of the same scan carried.
+	Repeat bool
+}
+
+// repeats remembers the dead-letter ids seen in one read of a dead-letter
+// queue. Messages without one (dead-lettered by older versions or by the
+// broker itself) are never repeats.
+type repeats map[string]bool
+
+// see reports whether m's dead-letter id was seen before, and notes it.
+func (r repeats) see(m DeadMessage) bool {
+	if m.DeadLetterID == "" {
+		return false
+	}
+	seen := r[m.DeadLetterID]
+	r[m.DeadLetterID] = true
+	return seen
 }
 
 // Age is how long ago the message last failed (or was published).
@@ -99,9 +121,11 @@ func parseDeadMessage(d amqp.Delivery) DeadMessage {
 	return m
 }
 
-// ListDeadLetters returns up to limit messages of the dead-letter queue
-// with their failure context, without consuming them: they are fetched
-// unacknowledged and go back to the queue when the channel closes.
+// ListDeadLetters reads up to limit messages of the dead-letter queue and
+// returns them with their failure context, without consuming them: they
+// are fetched unacknowledged and go back to the queue when the channel
+// closes. Repeats of a dead letter (the same DeadLetterID) are returned
+// once, the first, with their number in Copies.
 func ListDeadLetters(ctx context.Context, conn *amqp.Connection, queue string, limit int) ([]DeadMessage, error) {
 	if limit <= 0 {
 		limit = 100
@@ -112,7 +136,8 @@ func ListDeadLetters(ctx context.Context, conn *amqp.Connection, queue string, l
 	}
 	defer ch.Close()
 	var out []DeadMessage
-	for len(out) < limit {
+	first := map[string]int{} // dead-letter id -> index in out
+	for range limit {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
@@ -123,7 +148,14 @@ func ListDeadLetters(ctx context.Context, conn *amqp.Connection, queue string, l
 		if !ok {
 			break
 		}
-		out = append(out, parseDeadMessage(d))
+		m := parseDeadMessage(d)
+		if i, seen := first[m.DeadLetterID]; seen && m.DeadLetterID != "" {
+			out[i].Copies++
+			continue
+		}
+		first[m.DeadLetterID] = len(out)
+		m.Copies = 1
+		out = append(out, m)
 	}
 	return out, nil
 }
@@ -144,13 +176,18 @@ type RedriveResult struct {
 	// Capped lists the ids left in the dead letters because they reached
 	// MaxRedrives.
 	Capped []string
+	// Dropped lists the ids of repeats removed from the dead letters: a
+	// message with the same DeadLetterID was redriven in the same run.
+	Dropped []string
 }
 
 // Redrive sends the dead letters that match back to their original
 // exchange and routing key, with the failure headers cleared (so they get
 // a fresh set of attempts) and HeaderRedrives incremented. Each is acked
-// from the dead-letter queue only after the broker confirms the copy. It is
-// a manual operation: run it after fixing what made the messages fail.
+// from the dead-letter queue only after the broker confirms the copy. A
+// repeat of a dead letter redriven in the same run (the same DeadLetterID)
+// is acked without a copy and listed in Dropped. It is a manual operation:
+// run it after fixing what made the messages fail.
 func Redrive(ctx context.Context, conn *amqp.Connection, queue string, match func(DeadMessage) bool, opts *RedriveOptions) (RedriveResult, error) {
 	var res RedriveResult
 	o := RedriveOptions{MaxRedrives: DefaultMaxRedrives, Limit: 1000}
@@ -170,6 +207,7 @@ func Redrive(ctx context.Context, conn *amqp.Connection, queue string, match fun
 	if err := ch.Confirm(false); err != nil {
 		return res, fmt.Errorf("idemamqp: confirm mode: %w", err)
 	}
+	redriven := map[string]bool{} // dead-letter ids
 	for range o.Limit {
 		d, ok, err := ch.Get(queue, false)
 		if err != nil {
@@ -181,6 +219,13 @@ func Redrive(ctx context.Context, conn *amqp.Connection, queue string, match fun
 		m := parseDeadMessage(d)
 		if match != nil && !match(m) {
 			continue // stays unacked; back in the queue when the channel closes
+		}
+		if m.DeadLetterID != "" && redriven[m.DeadLetterID] {
+			if err := d.Ack(false); err != nil {
+				return res, fmt.Errorf("idemamqp: ack repeat of %q: %w", m.ID, err)
+			}
+			res.Dropped = append(res.Dropped, m.ID)
+			continue
 		}
 		if m.Redrives >= o.MaxRedrives {
 			res.Capped = append(res.Capped, m.ID)
@@ -196,7 +241,7 @@ func Redrive(ctx context.Context, conn *amqp.Connection, queue string, match fun
 		h := amqp.Table{}
 		maps.Copy(h, d.Headers)
 		for _, k := range []string{consume.HeaderAttempts, consume.HeaderInfraRetries, consume.HeaderFirstFailure,
-			consume.HeaderLastFailure, consume.HeaderLastError, consume.HeaderReason, consume.HeaderConsumer} {
+			consume.HeaderLastFailure, consume.HeaderLastError, consume.HeaderReason, consume.HeaderConsumer, consume.HeaderDeadLetterID} {
 			delete(h, k)
 		}
 		h[HeaderRedrives] = strconv.Itoa(m.Redrives + 1)
@@ -214,6 +259,7 @@ func Redrive(ctx context.Context, conn *amqp.Connection, queue string, match fun
 			return res, fmt.Errorf("idemamqp: ack %q after redrive: %w", m.ID, err)
 		}
 		res.Redriven = append(res.Redriven, m.ID)
+		redriven[m.DeadLetterID] = true
 	}
 	return res, nil
 }
@@ -262,6 +308,13 @@ func (m DeadMessage) Report(now time.Time) string {
 		b = fmt.Appendf(b, " in consumer %q", m.Consumer)
 	}
 	b = fmt.Appendf(b, "\n  origin: %s\n", orDash(m.Origin))
+	if m.DeadLetterID != "" {
+		b = fmt.Appendf(b, "  dead-letter id: %s", m.DeadLetterID)
+		if m.Copies > 1 {
+			b = fmt.Appendf(b, " (%d copies: dead-lettered again after a redelivery)", m.Copies)
+		}
+		b = append(b, '\n')
+	}
 	if !m.FirstFailure.IsZero() {
 		b = fmt.Appendf(b, "  failures: first %s, last %s (%s ago)\n",
 			m.FirstFailure.UTC().Format(time.RFC3339), m.LastFailure.UTC().Format(time.RFC3339), m.Age(now).Round(time.Second))

@@ -35,4 +35,14 @@
 // each message's failure context; [Redrive] moves chosen messages back to
 // their original exchange and routing key. Redrive is manual only: nothing
 // in this package calls it.
+//
+// A dead letter carries the original message id (its MessageId and
+// consume.HeaderOriginalID) and a dead-letter id (consume.HeaderDeadLetterID,
+// [DeadLetterID]) derived from the work queue, the message id and the
+// content. RabbitMQ has no dedupe on publish: a message whose ack was lost
+// after its dead letter was published is redelivered and dead-lettered
+// again, with the same dead-letter id. [ListDeadLetters] returns such
+// repeats once (DeadMessage.Copies), [ScanDeadLetters] marks them
+// (DeadMessage.Repeat), and [Redrive] sends one copy back and drops the
+// others.
 package idemamqp

@@ -13,8 +13,10 @@ import (
 // [ListDeadLetters], but holds none of them once the loop body has seen
 // it: finding one message in a large queue does not load every body into
 // memory. Messages are fetched unacknowledged on a channel of their own and
-// go back to the queue when the iteration ends. An error is yielded once,
-// with a zero message, and ends the iteration.
+// go back to the queue when the iteration ends. A message whose
+// DeadLetterID an earlier one of the scan carried (the same dead letter
+// published again after a redelivery) comes with Repeat set. An error is
+// yielded once, with a zero message, and ends the iteration.
 func ScanDeadLetters(ctx context.Context, conn *amqp.Connection, queue string, limit int) iter.Seq2[DeadMessage, error] {
 	if limit <= 0 {
 		limit = 1000
@@ -26,6 +28,7 @@ func ScanDeadLetters(ctx context.Context, conn *amqp.Connection, queue string, l
 			return
 		}
 		defer ch.Close()
+		seen := repeats{}
 		for range limit {
 			if err := ctx.Err(); err != nil {
 				yield(DeadMessage{}, err)
@@ -36,7 +39,12 @@ func ScanDeadLetters(ctx context.Context, conn *amqp.Connection, queue string, l
 				yield(DeadMessage{}, fmt.Errorf("idemamqp: read %q: %w", queue, err))
 				return
 			}
-			if !ok || !yield(parseDeadMessage(d), nil) {
+			if !ok {
+				return
+			}
+			m := parseDeadMessage(d)
+			m.Repeat = seen.see(m)
+			if !yield(m, nil) {
 				return
 			}
 		}
