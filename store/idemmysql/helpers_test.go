@@ -151,3 +151,11 @@ func ctxT(tb testing.TB) context.Context {
 	tb.Cleanup(cancel)
 	return ctx
 }
+
+// newDBOrNil is a *sql.DB that no test connects with: New does no I/O.
+func newDBOrNil(tb testing.TB) *sql.DB {
+	c, _ := mysql.NewConnector(mysql.NewConfig())
+	db := sql.OpenDB(c)
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
