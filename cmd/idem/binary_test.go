@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"database/sql"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,5 +90,59 @@ func TestBinary(t *testing.T) {
 	wantExit(t, r, exitOK)
 	if !strings.HasPrefix(r.Stdout, "idem ") {
 		t.Errorf("version printed %q", r.Stdout)
+	}
+}
+
+// TestBinaryVerifyInterrupted: Ctrl-C during "idem verify" is reported as an
+// interruption (exit 130), not as a store that breaks idem's contract, and
+// the records the run wrote are deleted.
+func TestBinaryVerifyInterrupted(t *testing.T) {
+	t.Parallel()
+	bin := buildIdem(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "v.db")
+	dsn := "sqlite://" + path
+	wantExit(t, runIdem(t, bin, dir, "migrate", "up", "--store", dsn), exitOK)
+
+	cmd := exec.Command(bin, "verify", "--store", dsn, "--keys", "10000", "--copies", "20")
+	cmd.Dir = dir
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first line is printed once the store is open, well after the
+	// signal handler is installed: interrupt the storm from there.
+	out := bufio.NewReader(stdout)
+	first, err := out.ReadString('\n')
+	if err != nil || !strings.HasPrefix(first, "verifying SQLite store "+dsn) {
+		t.Fatalf("first line %q, %v", first, err)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(out)
+	err = cmd.Wait()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != exitInterrupted {
+		t.Fatalf("verify after SIGINT: %v\nstdout: %s%s\nstderr: %s", err, first, rest, errOut.String())
+	}
+	if !strings.Contains(string(rest), "interrupted during duplicate storm") || strings.Contains(string(rest), "FAIL") ||
+		!strings.Contains(errOut.String(), "verify interrupted; its records under scope") {
+		t.Fatalf("stdout: %s%s\nstderr: %s", first, rest, errOut.String())
+	}
+
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM idem_records WHERE scope LIKE 'idem-verify/%'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("records left by the interrupted verify: %d, %v", n, err)
 	}
 }

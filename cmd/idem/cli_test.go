@@ -79,7 +79,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown subcommand", []string{"migrate", "sideways"}, []string{`unknown command "sideways"`, "down, sql, status, up"}},
 		{"missing key", []string{"keys", "get"}, []string{"accepts 1 arg"}},
 		{"unknown flag", []string{"keys", "get", "--nope", "k"}, []string{"unknown flag: --nope"}},
-		{"bad flag value", []string{"demo", "--seed", "minus-one"}, []string{"invalid argument"}},
+		{"bad flag value", []string{"demo", "--seed", "minus-one"}, []string{`invalid value "minus-one" for --seed: want a whole number`}},
 		{"empty key", []string{"keys", "get", ""}, []string{"invalid idempotency key", "empty"}},
 		{"key not ASCII", []string{"keys", "delete", "caf\u00e9"}, []string{"invalid idempotency key", "not printable ASCII"}},
 		{"zero steps", []string{"migrate", "down", "--steps", "0"}, []string{"--steps must be positive"}},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -43,7 +45,7 @@ Start with "idem demo": a payments ledger fed duplicate deliveries, no server ne
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{flagError(cmd, err)} })
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(a))
 	}
@@ -143,12 +145,46 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 			return
 		}
 		if e := f.Value.Set(v); e != nil {
-			err = usageErrorf("invalid value %q in %s for --%s: %v", v, env[0], f.Name, e)
+			err = usageErrorf("invalid value %q in %s for --%s: %s", v, env[0], f.Name, valueHint(f, e))
 		}
 	}
 	cmd.Flags().VisitAll(visit)
 	cmd.InheritedFlags().VisitAll(visit)
 	return err
+}
+
+// valueHint says what f takes, for a value it refused with err: the
+// parser's own words (strconv.ParseInt: parsing "abc": invalid syntax)
+// say nothing to an operator.
+func valueHint(f *pflag.Flag, err error) string {
+	switch f.Value.Type() {
+	case "int", "int64", "int32", "uint", "uint64", "uint32":
+		return "want a whole number"
+	case "float64", "float32":
+		return "want a number"
+	case "duration":
+		return "want a duration such as 500ms, 30s or 2m"
+	case "bool":
+		return "want true or false"
+	}
+	return err.Error()
+}
+
+// badFlagValue matches pflag's error for a value a flag refused.
+var badFlagValue = regexp.MustCompile(`^invalid argument "(.*)" for "(?:-\w, )?--([\w-]+)" flag: `)
+
+// flagError rewrites pflag's error for a refused value in valueHint's words;
+// other command-line errors stay as they are.
+func flagError(cmd *cobra.Command, err error) error {
+	m := badFlagValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	f := cmd.Flags().Lookup(m[2])
+	if f == nil {
+		return err
+	}
+	return fmt.Errorf("invalid value %q for --%s: %s", m[1], f.Name, valueHint(f, err))
 }
 
 // usageError is an error in the command line: exit code 2.
@@ -241,4 +277,15 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// isTerminal reports whether w is a terminal (a character device), where
+// progress may be one line rewritten in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -26,7 +26,19 @@ func init() { commands = append(commands, newVerifyCmd) }
 type verifyOptions struct {
 	keys, copies, workers int
 	lease, wait           time.Duration
+	// keep leaves the verification's records in the store.
+	keep bool
+	// store names the store in the report; progress, every how often the
+	// storm reports how far it got (0: never), and on a terminal (tty) as
+	// one line rewritten in place.
+	store    string
+	progress time.Duration
+	tty      bool
 }
+
+// exitInterrupted is verify's exit code when Ctrl-C or SIGTERM cut it short
+// (128 + SIGINT, as shells report it).
+const exitInterrupted = 130
 
 // Bounds that keep a verification from becoming a load test of production.
 const (
@@ -63,12 +75,25 @@ check:
                    are measured by the store's clock alone)
 
 Everything is written under a scope of its own (idem-verify/<random>) and deleted
-at the end. The fencing check waits out one --lease. The exit status is 0 only
-when every check passes.`,
+at the end (--keep keeps it), also when a check fails or the run is interrupted;
+Redis keeps a small token stub per deleted key for an hour so that fencing
+tokens never go back. The storm reports its progress (calls done, rate, time
+left) every few seconds, on one line on a terminal. The fencing check waits out
+one --lease. The exit status is 0 only when every check passes, 1 when one
+fails, 130 when Ctrl-C (or SIGTERM) interrupted it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
 				return err
+			}
+			b, err := lookupBackend(cfg.DSN)
+			if err != nil {
+				return err
+			}
+			o.store = b.Name + " store " + describeStore(b, *cfg)
+			o.progress, o.tty = 5*time.Second, isTerminal(cmd.OutOrStdout())
+			if o.tty {
+				o.progress = 500 * time.Millisecond
 			}
 			return withStore(cmd, cfg, func(s idem.Store) error {
 				return runVerify(cmd.Context(), cmd.OutOrStdout(), s, o)
@@ -82,7 +107,8 @@ when every check passes.`,
 	f.IntVar(&o.workers, "workers", 32, fmt.Sprintf("goroutines making the calls (1-%d)", maxVerifyWorkers))
 	f.DurationVar(&o.lease, "lease", time.Second, fmt.Sprintf("lease of the fencing check, waited out once (%v-%v)", minVerifyLease, maxVerifyLease))
 	f.DurationVar(&o.wait, "wait", 30*time.Second, "how long a copy waits for the run in progress before the storm fails")
-	for _, name := range []string{"keys", "copies", "workers", "lease", "wait"} {
+	f.BoolVar(&o.keep, "keep", false, "keep the verification's records in the store (to inspect them)")
+	for _, name := range []string{"keys", "copies", "workers", "lease", "wait", "keep"} {
 		envFlag(cmd, name, "IDEM_VERIFY_"+strings.ToUpper(name))
 	}
 	return cmd
@@ -110,6 +136,7 @@ type verifier struct {
 	store idem.Store
 	scope string
 	o     verifyOptions
+	w     io.Writer // the report, for progress lines
 
 	mu      sync.Mutex
 	written []string
@@ -138,28 +165,41 @@ var errVerifyFailed = errors.New("verify")
 func runVerify(ctx context.Context, w io.Writer, s idem.Store, o verifyOptions) error {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
-	v := &verifier{store: s, scope: "idem-verify/" + hex.EncodeToString(nonce[:]), o: o}
-	fmt.Fprintf(w, "verifying %T under scope %q\n", s, v.scope)
+	v := &verifier{store: s, scope: "idem-verify/" + hex.EncodeToString(nonce[:]), o: o, w: w}
+	name := o.store
+	if name == "" {
+		name = fmt.Sprintf("%T", s)
+	}
+	fmt.Fprintf(w, "verifying %s under scope %q\n", name, v.scope)
 	failed := 0
 	for _, c := range verifyChecks {
 		start := time.Now()
 		detail, err := c.run(v, ctx)
 		took := time.Since(start).Round(time.Millisecond)
+		if ctx.Err() != nil {
+			fmt.Fprintf(w, "interrupted during %s (%v)\n", c.name, took)
+			break
+		}
 		if err != nil {
 			failed++
 			fmt.Fprintf(w, "FAIL  %-16s %v (%v)\n", c.name, err, took)
-			if ctx.Err() != nil {
-				break
-			}
 			continue
 		}
 		fmt.Fprintf(w, "ok    %-16s %s (%v)\n", c.name, detail, took)
 	}
-	cleanErr := v.cleanup(context.WithoutCancel(ctx))
-	if cleanErr != nil {
+	var cleanErr error
+	if o.keep {
+		fmt.Fprintf(w, "kept %d keys under scope %q (--keep)\n", len(v.written), v.scope)
+	} else if cleanErr = v.cleanup(context.WithoutCancel(ctx)); cleanErr != nil {
 		fmt.Fprintf(w, "FAIL  %-16s %v\n", "cleanup", cleanErr)
 	}
 	switch {
+	case ctx.Err() != nil && cleanErr != nil:
+		return exitCodeError{exitInterrupted, fmt.Errorf("verify interrupted, and the cleanup of scope %q failed: %w", v.scope, cleanErr)}
+	case ctx.Err() != nil && o.keep:
+		return exitCodeError{exitInterrupted, fmt.Errorf("verify interrupted; its records are kept under scope %q", v.scope)}
+	case ctx.Err() != nil:
+		return exitCodeError{exitInterrupted, fmt.Errorf("verify interrupted; its records under scope %q were deleted", v.scope)}
 	case failed > 0:
 		return fmt.Errorf("%w: %d of %d checks failed; the store does not keep idem's contract", errVerifyFailed, failed, len(verifyChecks))
 	case cleanErr != nil:
@@ -220,11 +260,13 @@ func (v *verifier) storm(ctx context.Context) (string, error) {
 	results := make([][][]byte, len(keys))
 	var (
 		seq, replays atomic.Int64
-		next         atomic.Int64
+		next, done   atomic.Int64
 		mu           sync.Mutex
 		firstErr     error
 		wg           sync.WaitGroup
 	)
+	stopProgress := v.reportProgress(&done, len(calls))
+	defer stopProgress()
 	for range v.o.workers {
 		wg.Add(1)
 		go func() {
@@ -240,6 +282,7 @@ func (v *verifier) storm(ctx context.Context) (string, error) {
 					runs[i].Add(1)
 					return fmt.Appendf(nil, "run %d of %s", seq.Add(1), keys[i]), nil
 				})
+				done.Add(1)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {
@@ -275,6 +318,48 @@ func (v *verifier) storm(ctx context.Context) (string, error) {
 	total := len(calls)
 	return fmt.Sprintf("%d calls of %d operations from %d goroutines: each ran once, %d copies replayed its result",
 		total, len(keys), v.o.workers, replays.Load()), nil
+}
+
+// reportProgress prints, every v.o.progress until the returned function is
+// called, how many of total calls are done, their rate and the time left:
+// one line rewritten in place on a terminal, a line each otherwise.
+func (v *verifier) reportProgress(done *atomic.Int64, total int) (stop func()) {
+	if v.o.progress <= 0 || v.w == nil {
+		return func() {}
+	}
+	start := time.Now()
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(v.o.progress)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				if v.o.tty {
+					fmt.Fprint(v.w, "\r\033[K") // the final report replaces the line
+				}
+				return
+			case <-t.C:
+				fmt.Fprint(v.w, progressLine(int(done.Load()), total, time.Since(start), v.o.tty))
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
+// progressLine is one progress report of the storm.
+func progressLine(done, total int, elapsed time.Duration, tty bool) string {
+	line := fmt.Sprintf("storm: %d/%d calls", done, total)
+	if done > 0 && elapsed > 0 {
+		rate := float64(done) / elapsed.Seconds()
+		left := time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second)
+		line += fmt.Sprintf(" (%.0f/s, about %v left)", rate, left)
+	}
+	if tty {
+		return "\r\033[K" + line
+	}
+	return line + "\n"
 }
 
 // acquire claims req, which must be a fresh key of the verification.

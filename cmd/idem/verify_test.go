@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,15 +212,100 @@ func TestVerifyCatchesBrokenStores(t *testing.T) {
 	}
 }
 
-// TestVerifyCancelled: a verification cut short reports it and cleans up.
+// TestVerifyCancelled: a verification cut short (Ctrl-C) says so, not that
+// the store broke its contract, exits 130 and deletes what it wrote.
 func TestVerifyCancelled(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	var out bytes.Buffer
-	err := runVerify(ctx, &out, idemtest.NewMemoryStore(nil), verifyOptions{keys: 5, copies: 2, workers: 2, lease: time.Second, wait: time.Second})
-	if !errors.Is(err, errVerifyFailed) || !strings.Contains(out.String(), "context canceled") {
-		t.Fatalf("verify with a cancelled context = %v\n%s", err, out.String())
+	for _, keep := range []bool{false, true} {
+		store := idemtest.NewMemoryStore(nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		var out lockedBuffer
+		o := verifyOptions{keys: 2000, copies: 20, workers: 4, lease: time.Second, wait: time.Second, keep: keep,
+			store: "SQLite store sqlite://x.db", progress: time.Millisecond}
+		go func() {
+			// Interrupt the storm once it has made progress.
+			for !strings.Contains(out.String(), "storm: ") {
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+		}()
+		err := runVerify(ctx, &out, store, o)
+		var ce exitCodeError
+		if !errors.As(err, &ce) || ce.code != exitInterrupted || errors.Is(err, errVerifyFailed) ||
+			!strings.Contains(out.String(), "interrupted during duplicate storm") || strings.Contains(out.String(), "FAIL") {
+			t.Fatalf("keep=%v: verify interrupted = %v\n%s", keep, err, out.String())
+		}
+		if !strings.Contains(out.String(), "verifying SQLite store sqlite://x.db under scope") {
+			t.Errorf("the report does not name the store:\n%s", out.String())
+		}
+		scope := regexp.MustCompile(`under scope "([^"]+)"`).FindStringSubmatch(out.String())[1]
+		left := 0
+		for i := range 2000 {
+			if _, err := store.Get(t.Context(), scope, fmt.Sprintf("storm-%d", i)); err == nil {
+				left++
+			}
+		}
+		switch {
+		case !keep && (left != 0 || !strings.Contains(err.Error(), "were deleted")):
+			t.Errorf("interrupted verify left %d records (%v)", left, err)
+		case keep && (left == 0 || !strings.Contains(err.Error(), "are kept")):
+			t.Errorf("interrupted verify --keep kept %d records (%v)", left, err)
+		}
+		cancel()
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestVerifyProgressLine(t *testing.T) {
+	t.Parallel()
+	if got := progressLine(0, 100, time.Second, false); got != "storm: 0/100 calls\n" {
+		t.Errorf("progressLine at 0 = %q", got)
+	}
+	if got := progressLine(250, 1000, 5*time.Second, false); got != "storm: 250/1000 calls (50/s, about 15s left)\n" {
+		t.Errorf("progressLine = %q", got)
+	}
+	if got := progressLine(250, 1000, 5*time.Second, true); !strings.HasPrefix(got, "\r\033[K") || strings.HasSuffix(got, "\n") {
+		t.Errorf("progressLine on a terminal = %q", got)
+	}
+}
+
+// TestVerifyFlagValues: values that are not numbers or durations say what
+// the flag wants, from the command line and from the environment, without
+// the parser's words.
+func TestVerifyFlagValues(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"IDEM_VERIFY_KEYS": "abc"}, nil, `invalid value "abc" in IDEM_VERIFY_KEYS for --keys: want a whole number`},
+		{nil, []string{"--keys", "abc"}, `invalid value "abc" for --keys: want a whole number`},
+		{nil, []string{"--lease", "5"}, `invalid value "5" for --lease: want a duration such as 500ms, 30s or 2m`},
+		{map[string]string{"IDEM_VERIFY_KEEP": "maybe"}, nil, `invalid value "maybe" in IDEM_VERIFY_KEEP for --keep: want true or false`},
+	} {
+		r := runCLI(t, c.env, append([]string{"verify", "--store", "sqlite:///nonexistent/x.db"}, c.args...)...)
+		wantExit(t, r, exitUsage, c.want)
+		if strings.Contains(r.Stderr, "strconv") || strings.Contains(r.Stderr, "time: ") {
+			t.Errorf("%v %v: the parser's words leaked: %s", c.env, c.args, r.Stderr)
+		}
 	}
 }
 
