@@ -254,15 +254,7 @@ func TestRetryStateAcrossProcesses(t *testing.T) {
 	var mu sync.Mutex
 	handledBy := map[string][]int{}
 	for i := range 2 {
-		nc, err := nats.Connect(natsURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, js := connect(t)
 		cfg := idemnats.Config{Config: consume.Config{Name: "orders", Retry: fast, Logger: quiet}, Stream: e.stream, Consumer: "shared",
 			DeadLetterSubject: e.dlq, Concurrency: 2, Process: e.process(func(d consume.Delivery) error {
 				mu.Lock()

@@ -47,11 +47,10 @@ type env struct {
 	store   *idemsqlite.Store
 }
 
-// newEnv creates uniquely named work and dead-letter streams (deleted at
-// cleanup) and a migrated SQLite store with an effects table.
-func newEnv(t *testing.T, dupWindow time.Duration) *env {
+// connect opens a connection of its own to IDEM_NATS_URL (closed at
+// cleanup): one consumer process.
+func connect(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	ctx := context.Background()
 	nc, err := nats.Connect(natsURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +60,15 @@ func newEnv(t *testing.T, dupWindow time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return nc, js
+}
+
+// newEnv creates uniquely named work and dead-letter streams (deleted at
+// cleanup) and a migrated SQLite store with an effects table.
+func newEnv(t *testing.T, dupWindow time.Duration) *env {
+	t.Helper()
+	ctx := context.Background()
+	nc, js := connect(t)
 	s := suffix()
 	e := &env{nc: nc, js: js, stream: "IDEMTEST_" + s, subject: "idemtest." + s + ".work", dlq: "idemtest." + s + ".dlq"}
 	for _, sc := range []jetstream.StreamConfig{
