@@ -47,9 +47,10 @@ func newDLQCmd(*app) *cobra.Command {
 topology idemamqp.Declare creates), or in the queue --dlq names. Zero dead
 letters is the normal state: "list --fail-if-any" exits 3 when there are some,
 for monitoring scripts and cron alerts.`
-	c := groupCmd("dlq", "Inspect, redrive and purge a consumer's dead letters, per broker", amqpCmd)
+	c := groupCmd("dlq", "Inspect, redrive and purge a consumer's dead letters, per broker", amqpCmd, newDLQSQSCmd())
 	c.Long = `Inspect, redrive and purge a consumer's dead letters. The word after "dlq"
-names the broker: "idem dlq amqp list|show|redrive|purge" for RabbitMQ.
+names the broker: "idem dlq amqp list|show|redrive|purge" for RabbitMQ,
+"idem dlq sqs list|show|redrive|purge --queue URL" for Amazon SQS.
 
 The spelling without the broker word ("idem dlq list …", RabbitMQ only) still
 works and is deprecated.`
@@ -427,19 +428,8 @@ dead letters. --dry-run prints what would move and changes nothing.`,
 	cmd.Flags().IntVar(&maxRedrives, "max-redrives", idemamqp.DefaultMaxRedrives, "leave messages redriven this many times already")
 	cmd.Flags().IntVar(&limit, "limit", 1000, "look at most at N dead letters")
 	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
-		chosen := 0
-		for _, c := range []bool{len(ids) > 0, all, reason != ""} {
-			if c {
-				chosen++
-			}
-		}
-		switch {
-		case chosen == 0:
-			return usageErrorf("choose what to redrive: message ids, --all or --reason REASON")
-		case chosen > 1:
-			return usageErrorf("give only one of: message ids, --all, --reason")
-		case maxRedrives < 1 || limit < 1:
-			return usageErrorf("--max-redrives and --limit must be at least 1")
+		if err := redriveChoice(ids, all, reason, maxRedrives, limit); err != nil {
+			return err
 		}
 		match := func(m idemamqp.DeadMessage) bool {
 			switch {
@@ -480,32 +470,57 @@ dead letters. --dry-run prints what would move and changes nothing.`,
 					return err
 				}
 			}
-			for _, id := range res.Capped {
-				fmt.Fprintf(out, "kept %s: redriven %d time(s) already (--max-redrives)\n", cell(id, listFieldWidth), maxRedrives)
-			}
-			verb := "redrove"
-			if dryRun {
-				verb = "dry run: would redrive"
-			}
-			fmt.Fprintf(out, "%s %d message(s) from %s to their original queue", verb, len(res.Redriven), t.name)
-			if len(res.Capped) > 0 {
-				fmt.Fprintf(out, "; %d kept at the redrive cap", len(res.Capped))
-			}
-			fmt.Fprintln(out)
-			return missingIDs(ids, res, t.name)
+			writeRedriveSummary(out, dryRun, res.Redriven, res.Capped, maxRedrives, t.name)
+			return missingIDs(ids, res.Redriven, res.Capped, t.name)
 		})
 	}
 	return cmd
 }
 
+// redriveChoice checks a redrive command line: exactly one of ids, --all
+// and --reason, and positive bounds.
+func redriveChoice(ids []string, all bool, reason string, maxRedrives, limit int) error {
+	chosen := 0
+	for _, c := range []bool{len(ids) > 0, all, reason != ""} {
+		if c {
+			chosen++
+		}
+	}
+	switch {
+	case chosen == 0:
+		return usageErrorf("choose what to redrive: message ids, --all or --reason REASON")
+	case chosen > 1:
+		return usageErrorf("give only one of: message ids, --all, --reason")
+	case maxRedrives < 1 || limit < 1:
+		return usageErrorf("--max-redrives and --limit must be at least 1")
+	}
+	return nil
+}
+
+// writeRedriveSummary prints the ids kept at the cap and the count moved.
+func writeRedriveSummary(out io.Writer, dryRun bool, redriven, capped []string, maxRedrives int, queue string) {
+	for _, id := range capped {
+		fmt.Fprintf(out, "kept %s: redriven %d time(s) already (--max-redrives)\n", cell(id, listFieldWidth), maxRedrives)
+	}
+	verb := "redrove"
+	if dryRun {
+		verb = "dry run: would redrive"
+	}
+	fmt.Fprintf(out, "%s %d message(s) from %s to their original queue", verb, len(redriven), queue)
+	if len(capped) > 0 {
+		fmt.Fprintf(out, "; %d kept at the redrive cap", len(capped))
+	}
+	fmt.Fprintln(out)
+}
+
 // missingIDs is the error for explicitly chosen ids that were not redriven:
 // not found, or kept at the cap.
-func missingIDs(ids []string, res idemamqp.RedriveResult, queue string) error {
+func missingIDs(ids, redriven, kept []string, queue string) error {
 	var missing, capped []string
 	for _, id := range ids {
 		switch {
-		case slices.Contains(res.Redriven, id):
-		case slices.Contains(res.Capped, id):
+		case slices.Contains(redriven, id):
+		case slices.Contains(kept, id):
 			capped = append(capped, strconv.Quote(id))
 		default:
 			missing = append(missing, strconv.Quote(id))

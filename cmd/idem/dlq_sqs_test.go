@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/idem-go/idem/broker/idemsqs"
+	"github.com/idem-go/idem/idemtest"
+)
+
+// sqsEnv is a work queue and its dead-letter queue on the local
+// SQS-compatible server (IDEM_SQS_URL, goaws), deleted at cleanup.
+type sqsEnv struct {
+	endpoint, queue, dlq string
+	c                    *sqs.Client
+}
+
+func newSQSEnv(t *testing.T) *sqsEnv {
+	t.Helper()
+	e := &sqsEnv{endpoint: idemtest.ServiceURL(t, "IDEM_SQS_URL")}
+	e.c = sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("idem", "idem", "")}, idemsqs.QueryProtocol)
+	name := "idemtest-cli-" + randomSuffix()
+	for _, q := range []*string{&e.queue, &e.dlq} {
+		out, err := e.c.CreateQueue(t.Context(), &sqs.CreateQueueInput{QueueName: aws.String(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*q = aws.ToString(out.QueueUrl)
+		t.Cleanup(func() { e.c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(*q)}) })
+		name += "-dlq"
+	}
+	return e
+}
+
+// run runs "idem dlq sqs ARGS --endpoint URL --query-protocol --queue DLQ".
+func (e *sqsEnv) run(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	return runCLI(t, nil, append(append([]string{"dlq", "sqs"}, args...), "--endpoint", e.endpoint, "--query-protocol", "--queue", e.dlq)...)
+}
+
+// deadLetter sends a dead letter as an idemsqs consumer writes it.
+func (e *sqsEnv) deadLetter(t *testing.T, id string) {
+	t.Helper()
+	a := func(v string) types.MessageAttributeValue {
+		return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	_, err := e.c.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: aws.String(e.dlq), MessageBody: aws.String("body of " + id),
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			idemsqs.AttrID: a(id), "x-idem-reason": a("max_attempts"), "x-idem-attempts": a("5"), "x-idem-consumer": a("orders"),
+			"x-idem-last-error": a("boom: card declined"), "x-idem-origin": a(e.queue), idemsqs.AttrOriginalID: a("sqs-" + id),
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *sqsEnv) depth(t *testing.T, q string) int {
+	t.Helper()
+	out, err := e.c.GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(out.Attributes["ApproximateNumberOfMessages"])
+	m, _ := strconv.Atoi(out.Attributes["ApproximateNumberOfMessagesNotVisible"])
+	return n + m
+}
+
+func TestDLQSQS(t *testing.T) {
+	e := newSQSEnv(t)
+	r := e.run(t, "list", "--fail-if-any")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "no dead letters in "+e.dlq) {
+		t.Errorf("empty list: %s", r.Stdout)
+	}
+	e.deadLetter(t, "order-1")
+	e.deadLetter(t, "order-2")
+	r = e.run(t, "list", "--fail-if-any")
+	wantExit(t, r, exitDeadLetters, "2 dead letter(s)")
+	for _, w := range []string{"order-1", "order-2", "max_attempts", "orders", "boom: card declined", "2 dead letter(s) in"} {
+		if !strings.Contains(r.Stdout, w) {
+			t.Errorf("list lacks %q:\n%s", w, r.Stdout)
+		}
+	}
+	r = e.run(t, "show", "order-1")
+	wantExit(t, r, exitOK)
+	for _, w := range []string{`message "order-1" (SQS id sqs-order-1): max_attempts after 5 attempt(s) in consumer "orders"`, "origin: " + e.queue, "x-idem-last-error: boom: card declined", "body of order-1"} {
+		if !strings.Contains(r.Stdout, w) {
+			t.Errorf("show lacks %q:\n%s", w, r.Stdout)
+		}
+	}
+	wantExit(t, e.run(t, "show", "nope"), exitFailure, `message "nope" not found`)
+
+	r = e.run(t, "redrive", "--dry-run", "order-1")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "would redrive order-1") || e.depth(t, e.queue) != 0 {
+		t.Errorf("dry run: %s", r.Stdout)
+	}
+	r = e.run(t, "redrive", "order-1", "order-9")
+	wantExit(t, r, exitFailure, `not found in `, `"order-9"`)
+	if !strings.Contains(r.Stdout, "redriven order-1") || e.depth(t, e.queue) != 1 || e.depth(t, e.dlq) != 1 {
+		t.Errorf("redrive: %s (work queue %d, dead letters %d)", r.Stdout, e.depth(t, e.queue), e.depth(t, e.dlq))
+	}
+	redriven, err := e.c.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(e.queue), MessageAttributeNames: []string{"All"}})
+	if err != nil || len(redriven.Messages) != 1 {
+		t.Fatalf("receive the redriven message: %v", err)
+	}
+	got := redriven.Messages[0].MessageAttributes
+	if aws.ToString(got[idemsqs.AttrID].StringValue) != "order-1" || aws.ToString(got[idemsqs.AttrRedrives].StringValue) != "1" || got["x-idem-reason"].StringValue != nil {
+		t.Errorf("redriven attributes %v", got)
+	}
+
+	wantExit(t, e.run(t, "purge"), exitUsage, "add --yes")
+	r = e.run(t, "purge", "--yes")
+	wantExit(t, r, exitOK)
+	if e.depth(t, e.dlq) != 0 {
+		t.Errorf("purge left %d dead letters", e.depth(t, e.dlq))
+	}
+}
+
+func TestDLQSQSUsage(t *testing.T) {
+	wantExit(t, runCLI(t, nil, "dlq", "sqs", "list"), exitUsage, "missing --queue URL")
+	wantExit(t, runCLI(t, nil, "dlq", "sqs", "list", "--queue", "orders-dlq"), exitUsage, "not a queue URL")
+	wantExit(t, runCLI(t, nil, "dlq", "sqs", "redrive", "--queue", "http://h/1/q"), exitUsage, "choose what to redrive")
+	wantExit(t, runCLI(t, nil, "dlq", "sqs", "list", "--queue", "http://127.0.0.1:1/1/q", "--endpoint", "http://127.0.0.1:1", "--query-protocol"), exitFailure, "cannot read queue")
+}
