@@ -286,7 +286,7 @@ func (e *Engine) handle(ctx context.Context, d Delivery, st State, reason idem.D
 		next.FirstFailure = now
 	}
 	next.LastFailure = now
-	next.LastError = textcut.Cut(err.Error(), e.cfg.MaxErrorBytes)
+	next.LastError = textcut.Cut(textcut.RootFirst(err), e.cfg.MaxErrorBytes)
 	dec := e.policy.Decide(st.Failures(), err)
 	if dec.Counted() {
 		next.Attempts++
@@ -321,13 +321,19 @@ func (e *Engine) deadLetter(ctx context.Context, d Delivery, st State, reason id
 		st.FirstFailure = now
 	}
 	st.LastFailure = now
-	st.LastError = textcut.Cut(cause.Error(), e.cfg.MaxErrorBytes)
+	st.LastError = textcut.Cut(textcut.RootFirst(cause), e.cfg.MaxErrorBytes)
 	return e.deadLetterState(ctx, d, st, reason)
 }
 
 func (e *Engine) deadLetterState(ctx context.Context, d Delivery, st State, reason idem.DeadReason) (idem.Outcome, error) {
 	dl := DeadLetter{State: st, Reason: reason, Consumer: e.cfg.Name, Origin: d.Origin(), OriginalID: d.ID()}
-	return idem.DeadLettered, wrapSettle("dead-letter", d.DeadLetter(ctx, dl))
+	err := wrapSettle("dead-letter", d.DeadLetter(ctx, dl))
+	if err == nil {
+		// Zero dead letters is the normal state: each one is worth a line.
+		e.cfg.Logger.WarnContext(ctx, "idem: message dead-lettered", "consumer", e.cfg.Name, "id", textcut.Cut(d.ID(), 256),
+			"reason", reason, "attempts", st.Attempts, "cause", st.LastError)
+	}
+	return idem.DeadLettered, err
 }
 
 func wrapSettle(op string, err error) error {

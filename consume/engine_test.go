@@ -1,6 +1,7 @@
 package consume_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -244,6 +245,35 @@ func TestPermanentDeadLettersAtOnce(t *testing.T) {
 	out, err := e.Handle(context.Background(), d)
 	if err != nil || out != idem.DeadLettered || d.dl.Reason != idem.DeadPermanent || d.dl.Attempts != 1 {
 		t.Fatalf("%v %v %+v", out, err, d.dl)
+	}
+}
+
+// TestDeadLetterIsLoggedRootCauseFirst: every dead letter is a WARN line
+// with its id, reason, attempts and cause, and the failure metadata puts
+// the root cause before the layers that wrapped it, so that a narrow
+// column or a cut keeps it.
+func TestDeadLetterIsLoggedRootCauseFirst(t *testing.T) {
+	t.Parallel()
+	l := newLedger()
+	var logs bytes.Buffer
+	e, _ := newEngine(t, l.process(func(context.Context, consume.Delivery) error {
+		return fmt.Errorf("ledger: apply (account %q): %w", "acct-7", retry.Permanent(errors.New("insufficient funds")))
+	}), func(c *consume.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	d := &fakeDelivery{id: "msg-3", body: []byte("x")}
+	if out, err := e.Handle(context.Background(), d); err != nil || out != idem.DeadLettered {
+		t.Fatalf("%v %v", out, err)
+	}
+	if want := `insufficient funds [from ledger: apply (account "acct-7")]`; d.dl.LastError != want {
+		t.Errorf("LastError = %q, want %q", d.dl.LastError, want)
+	}
+	line := logs.String()
+	for _, w := range []string{"level=WARN", `msg="idem: message dead-lettered"`, "consumer=payments", "id=msg-3", "reason=permanent", "attempts=1", `cause="insufficient funds [from`} {
+		if !strings.Contains(line, w) {
+			t.Errorf("log lacks %q:\n%s", w, line)
+		}
+	}
+	if n := strings.Count(line, "\n"); n != 1 {
+		t.Errorf("%d log lines for one dead letter:\n%s", n, line)
 	}
 }
 

@@ -79,7 +79,7 @@ func newHookWorker(t *testing.T, b *inboxtest.Memory, handlerSaw *[]string, leas
 		}
 	}
 	for typ, h := range map[string]inbox.Handler[struct{}]{
-		"ok": handle(nil), "flaky": handle(errors.New("flaky")), "bad": handle(retry.Permanent(errors.New("bad"))),
+		"ok": handle(nil), "flaky": handle(errors.New("flaky")), "bad": handle(fmt.Errorf("decode: %w", retry.Permanent(errors.New("bad")))),
 		"outage": handle(idem.Retryable(errors.New("database down"))),
 		"panics": func(context.Context, struct{}, inbox.Message) error { panic("handler bug") },
 	} {
@@ -216,7 +216,7 @@ func TestFailRequests(t *testing.T) {
 	want := []string{
 		"1 dead=false/ uncounted=false delayed=true flaky",
 		"2 dead=true/max_attempts uncounted=false delayed=false flaky",
-		"3 dead=true/permanent uncounted=false delayed=false bad",
+		"3 dead=true/permanent uncounted=false delayed=false bad [from decode]", // the root cause first
 		"4 dead=false/ uncounted=true delayed=true database down",
 		`5 dead=true/no_handler uncounted=false delayed=false no handler registered for event type "unknown"`,
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/internal/keeper"
+	"github.com/idem-go/idem/internal/textcut"
 	"github.com/idem-go/idem/retry"
 )
 
@@ -536,7 +537,7 @@ func (w *Worker[Tx]) run(rctx, ctx context.Context, r Row, ev *Event) {
 	// Infrastructure failures are not counted in the row, so the backoff of
 	// an outage grows with the counted attempts only.
 	d := w.policy.Decide(retry.Failures{Counted: r.Attempts}, err)
-	req := inboxdriver.FailRequest{Lease: lease, Error: inboxdriver.CutError(err.Error()), Delay: d.Delay, Uncounted: !d.Counted(),
+	req := inboxdriver.FailRequest{Lease: lease, Error: inboxdriver.CutError(textcut.RootFirst(err)), Delay: d.Delay, Uncounted: !d.Counted(),
 		Dead: d.GiveUp(), DeadReason: d.Reason}
 	w.fail(rctx, r, req, err, ev)
 }
