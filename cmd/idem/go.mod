@@ -22,7 +22,6 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.5 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0 // indirect
 	github.com/aws/smithy-go v1.28.9 // indirect
-	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
@@ -55,11 +54,9 @@ require (
 	github.com/idem-go/idem/broker/idemamqp v0.1.0
 	github.com/idem-go/idem/broker/idemsqs v0.1.0
 	github.com/idem-go/idem/contrib/idemprom v0.1.0
-	github.com/idem-go/idem/store/idemmysql v0.1.0
 	github.com/idem-go/idem/store/idempgx v0.1.0
 	github.com/idem-go/idem/store/idemredis v0.1.0
 	github.com/idem-go/idem/store/idemsqlite v0.1.0
-	github.com/go-sql-driver/mysql v1.10.2
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rabbitmq/amqp091-go v1.16.0
