@@ -162,6 +162,11 @@ monitoring check can alert on it:
 
   idem dlq amqp list --queue orders --fail-if-any || alert "orders has dead letters"
 
+A message dead-lettered again after a redelivery (its ack was lost) carries
+the same dead-letter id: it is listed once, and the number of such repeats
+follows the list ("copies" in --json). redrive sends one copy back and drops
+the others.
+
 Exit status: 0 listed (or empty), 1 the command failed (broker unreachable,
 queue missing), 2 the command line was wrong, 3 --fail-if-any and dead letters.`,
 		Args: cobra.NoArgs,
@@ -178,17 +183,28 @@ queue missing), 2 the command line was wrong, 3 --fail-if-any and dead letters.`
 			var (
 				msgs      []idemamqp.DeadMessage
 				bodyBytes []int
+				first     = map[string]int{} // dead-letter id -> index in msgs
+				repeats   int
 			)
 			for m, err := range idemamqp.ScanDeadLetters(cmd.Context(), t.conn, t.name, limit) {
 				if err != nil {
 					return err
 				}
+				if m.Repeat {
+					// The same dead letter again, after a redelivery:
+					// listed once, with its copies counted.
+					msgs[first[m.DeadLetterID]].Copies++
+					repeats++
+					continue
+				}
+				first[m.DeadLetterID] = len(msgs)
+				m.Copies = 1
 				bodyBytes = append(bodyBytes, len(m.Body))
 				m.Body = nil // only its length is listed; do not hold it
 				msgs = append(msgs, m)
 			}
 			out := cmd.OutOrStdout()
-			total := max(t.ready, len(msgs))
+			total := max(t.ready-repeats, len(msgs))
 			if asJSON {
 				if err := writeDeadLettersJSON(out, msgs, bodyBytes); err != nil {
 					return err
@@ -224,6 +240,9 @@ func writeDeadLetterList(w io.Writer, t *dlqTarget, msgs []idemamqp.DeadMessage,
 	} else {
 		fmt.Fprintf(w, "%d dead letter(s) in %s\n", len(msgs), t.name)
 	}
+	if repeats := repeatCount(msgs); repeats > 0 {
+		fmt.Fprintf(w, "%d repeat(s) not listed: the same dead letter (same dead-letter id) published again after a redelivery\n", repeats)
+	}
 }
 
 // deadLetterJSON is one element of "dlq list --json".
@@ -241,6 +260,19 @@ type deadLetterJSON struct {
 	Published    *time.Time   `json:"published,omitempty"`
 	BodyBytes    int          `json:"body_bytes"`
 	XDeath       []xDeathJSON `json:"x_death,omitempty"`
+	DeadLetterID string       `json:"dead_letter_id,omitempty"`
+	// Copies counts the messages of the queue that carry this dead letter
+	// (more than 1: dead-lettered again after a redelivery).
+	Copies int `json:"copies"`
+}
+
+// repeatCount is how many copies of msgs were not listed.
+func repeatCount(msgs []idemamqp.DeadMessage) int {
+	n := 0
+	for _, m := range msgs {
+		n += max(m.Copies-1, 0)
+	}
+	return n
 }
 
 type xDeathJSON struct {
@@ -266,7 +298,7 @@ func writeDeadLettersJSON(w io.Writer, msgs []idemamqp.DeadMessage, bodyBytes []
 			ID: m.ID, Reason: string(m.Reason), Attempts: m.Attempts, InfraRetries: m.InfraRetries,
 			FirstFailure: opt(m.FirstFailure), LastFailure: opt(m.LastFailure), LastError: m.LastError,
 			Consumer: m.Consumer, Origin: m.Origin, Redrives: m.Redrives, Published: opt(m.Published),
-			BodyBytes: bodyBytes[i],
+			BodyBytes: bodyBytes[i], DeadLetterID: m.DeadLetterID, Copies: m.Copies,
 		}
 		for _, x := range m.XDeath {
 			j.XDeath = append(j.XDeath, xDeathJSON{x.Queue, x.Reason, x.Exchange, x.RoutingKeys, x.Count, x.Time.UTC()})
@@ -449,7 +481,7 @@ dead letters. --dry-run prints what would move and changes nothing.`,
 						return err
 					}
 					switch {
-					case !match(m):
+					case !match(m), m.Repeat: // a repeat would be dropped
 					case m.Redrives >= maxRedrives:
 						res.Capped = append(res.Capped, m.ID)
 					default:
@@ -464,6 +496,9 @@ dead letters. --dry-run prints what would move and changes nothing.`,
 					&idemamqp.RedriveOptions{MaxRedrives: maxRedrives, Limit: limit})
 				for _, id := range res.Redriven {
 					fmt.Fprintf(out, "redriven %s\n", cell(id, listFieldWidth))
+				}
+				for _, id := range res.Dropped {
+					fmt.Fprintf(out, "dropped %s: a repeat of a dead letter redriven above\n", cell(id, listFieldWidth))
 				}
 				if err != nil {
 					fmt.Fprintf(out, "redrove %d message(s) from %s before the error\n", len(res.Redriven), t.name)

@@ -361,6 +361,48 @@ func TestDLQDirectDeadLetters(t *testing.T) {
 	}
 }
 
+// TestDLQRepeats: a dead letter published twice (dead-lettered again after
+// a redelivery: the same dead-letter id) is listed once with its copies,
+// and a redrive sends one copy back and drops the other.
+func TestDLQRepeats(t *testing.T) {
+	t.Parallel()
+	e := newDLQEnv(t)
+	dl := consume.DeadLetter{State: consume.State{Attempts: 1}, Reason: idem.DeadPermanent, Consumer: "billing",
+		Origin: "/" + e.topo.Queue, OriginalID: "order-9", DeadLetterID: idemamqp.DeadLetterID(e.topo.Queue, "order-9", []byte("x"))}
+	h := amqp.Table{}
+	for k, v := range dl.Headers() {
+		h[k] = v
+	}
+	for range 2 {
+		e.publish(t, e.topo.DeadLetterExchange, e.topo.DeadLetterQueue, amqp.Publishing{MessageId: "order-9", Headers: h, Body: []byte("x")})
+	}
+	e.publish(t, e.topo.DeadLetterExchange, e.topo.DeadLetterQueue, amqp.Publishing{MessageId: "other", Headers: amqp.Table{consume.HeaderReason: "permanent"}, Body: []byte("y")})
+
+	r := e.run(t, "list")
+	wantExit(t, r, exitOK)
+	if strings.Count(r.Stdout, "order-9") != 1 || !strings.Contains(r.Stdout, "2 dead letter(s) in") || !strings.Contains(r.Stdout, "1 repeat(s) not listed") {
+		t.Errorf("list:\n%s", r.Stdout)
+	}
+	r = e.run(t, "list", "--json")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, `"copies": 2`) || !strings.Contains(r.Stdout, `"dead_letter_id": "`+dl.DeadLetterID+`"`) {
+		t.Errorf("list --json:\n%s", r.Stdout)
+	}
+	r = e.run(t, "redrive", "order-9", "--dry-run")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "would redrive 1 message(s)") {
+		t.Errorf("dry run:\n%s", r.Stdout)
+	}
+	r = e.run(t, "redrive", "order-9")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "redrove 1 message(s)") || !strings.Contains(r.Stdout, "dropped order-9: a repeat") {
+		t.Errorf("redrive:\n%s", r.Stdout)
+	}
+	if got := e.ready(t, e.topo.DeadLetterQueue); got != 1 {
+		t.Fatalf("%d dead letters left, want the other one", got)
+	}
+}
+
 func TestDLQMissingQueue(t *testing.T) {
 	t.Parallel()
 	u := rabbitURL(t)
