@@ -41,10 +41,11 @@ const (
 )
 
 // DeadLetterID returns the id of the dead letter of the delivery that
-// parts locate in its broker (Kafka: topic, partition and offset; NATS:
-// stream and sequence): "dl-" and 64 hex digits of a length-prefixed
-// SHA-256 of the parts, a valid idem key and message id. The same parts
-// give the same id.
+// parts identify, the broker's name first (Kafka: topic, partition and
+// offset; NATS: stream and sequence; RabbitMQ, which gives a redelivery no
+// position: queue, message id and content id): "dl-" and 64 hex digits of
+// a length-prefixed SHA-256 of the parts, a valid idem key and message id.
+// The same parts give the same id.
 func DeadLetterID(parts ...string) string {
 	bs := make([][]byte, 0, len(parts)+1)
 	bs = append(bs, []byte("idem-dead-letter-v1"))
