@@ -1,16 +1,20 @@
 package main
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/inbox/inboxdriver"
+	"github.com/idem-go/idem/store/idemmysql"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/idem-go/idem/store/idemsqlite"
 	"github.com/spf13/cobra"
@@ -31,8 +35,10 @@ func withInbox(cmd *cobra.Command, cfg *storeConfig, fn func(inbox.Admin) error)
 			return fn(st.Inbox())
 		case *idemsqlite.Store:
 			return fn(st.Inbox())
+		case *idemmysql.Store:
+			return fn(st.Inbox())
 		}
-		return fmt.Errorf("the store %s has no inbox (the inbox needs sqlite:// or postgres://)", redactDSN(cfg.DSN))
+		return fmt.Errorf("the store %s has no inbox (the inbox needs sqlite://, postgres:// or mysql://)", redactDSN(cfg.DSN))
 	})
 }
 
@@ -47,17 +53,36 @@ func inboxAge(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
+// inboxStatJSON is one element of "inbox stats --json".
+type inboxStatJSON struct {
+	State         inbox.State `json:"state"`
+	Count         int64       `json:"count"`
+	OldestSeconds float64     `json:"oldest_seconds"`
+}
+
 func newInboxStatsCmd() *cobra.Command {
-	var cfg *storeConfig
+	var (
+		cfg    *storeConfig
+		asJSON bool
+	)
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Count inbox rows by state, with the age of the oldest row in each",
-		Args:  cobra.NoArgs,
+		Long: `Count inbox rows by state, with the age of the oldest row in each. --json
+prints [{"state", "count", "oldest_seconds"}].`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withInbox(cmd, cfg, func(ib inbox.Admin) error {
 				st, err := ib.Stats(cmd.Context())
 				if err != nil {
 					return fmt.Errorf("inbox stats: %w", err)
+				}
+				if asJSON {
+					out := make([]inboxStatJSON, len(st))
+					for i, c := range st {
+						out[i] = inboxStatJSON{c.State, c.Count, c.Oldest.Seconds()}
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "STATE\tCOUNT\tOLDEST")
@@ -69,6 +94,7 @@ func newInboxStatsCmd() *cobra.Command {
 		},
 	}
 	cfg = addStoreFlags(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
 	return cmd
 }
 
@@ -81,16 +107,71 @@ func flatText(s string, max int) string {
 	return s
 }
 
+// inboxRowJSON is an inbox row in "inbox dead --json" and "inbox show
+// --json". The payload is text when it is valid UTF-8, else base64 in
+// payload_base64; dead lists carry neither.
+type inboxRowJSON struct {
+	ID             int64           `json:"id"`
+	Source         string          `json:"source"`
+	MessageID      string          `json:"message_id"`
+	Type           string          `json:"type"`
+	OrderingKey    string          `json:"ordering_key,omitempty"`
+	State          inbox.State     `json:"state"`
+	Attempts       int             `json:"attempts"`
+	Token          int64           `json:"token,omitempty"`
+	Fingerprint    string          `json:"fingerprint,omitempty"`
+	DeadReason     idem.DeadReason `json:"dead_reason,omitempty"`
+	LastError      string          `json:"last_error,omitempty"`
+	ReceivedAt     *time.Time      `json:"received_at,omitempty"`
+	NextAttemptAt  *time.Time      `json:"next_attempt_at,omitempty"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at,omitempty"`
+	ProcessedAt    *time.Time      `json:"processed_at,omitempty"`
+	PayloadBytes   int             `json:"payload_bytes"`
+	Payload        *string         `json:"payload,omitempty"`
+	PayloadBase64  []byte          `json:"payload_base64,omitempty"`
+	History        []inboxAttempt  `json:"history,omitempty"`
+}
+
+// inboxAttempt is one failed run in "inbox show --json".
+type inboxAttempt struct {
+	Number int       `json:"number"`
+	At     time.Time `json:"at"`
+	Error  string    `json:"error"`
+}
+
+func inboxRowToJSON(r inbox.Row, withPayload bool) inboxRowJSON {
+	j := inboxRowJSON{ID: r.ID, Source: r.Source, MessageID: r.MessageID, Type: r.Type, OrderingKey: r.OrderingKey,
+		State: r.State, Attempts: r.Attempts, Token: r.Token, DeadReason: r.DeadReason, LastError: r.LastError,
+		ReceivedAt: jsonTime(r.ReceivedAt), NextAttemptAt: jsonTime(r.NextAttemptAt), LeaseExpiresAt: jsonTime(r.LeaseExpiresAt),
+		ProcessedAt: jsonTime(r.ProcessedAt), PayloadBytes: len(r.Payload)}
+	if r.Fingerprint != (idem.Fingerprint{}) {
+		j.Fingerprint = r.Fingerprint.String()
+	}
+	if withPayload {
+		if utf8.Valid(r.Payload) {
+			p := string(r.Payload)
+			j.Payload = &p
+		} else {
+			j.PayloadBase64 = r.Payload
+		}
+	}
+	return j
+}
+
 func newInboxDeadCmd() *cobra.Command {
 	var (
-		cfg   *storeConfig
-		limit int
-		after int64
+		cfg    *storeConfig
+		limit  int
+		after  int64
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dead",
 		Short: "List dead messages with their reason, attempts and last error",
-		Args:  cobra.NoArgs,
+		Long: `List dead messages with their reason, attempts and last error, oldest id first;
+page with --after. --json prints an array of rows (see "inbox show --json",
+without payloads and history).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 || limit > inbox.MaxBatch {
 				return usageErrorf("--limit must be 1..%d, got %d", inbox.MaxBatch, limit)
@@ -99,6 +180,21 @@ func newInboxDeadCmd() *cobra.Command {
 				rows, err := ib.List(cmd.Context(), inbox.ListRequest{State: inbox.StateDead, AfterID: after, Limit: limit})
 				if err != nil {
 					return fmt.Errorf("inbox dead: %w", err)
+				}
+				if asJSON {
+					out := make([]inboxRowJSON, len(rows))
+					for i, r := range rows {
+						out[i] = inboxRowToJSON(r, false)
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				if len(rows) == 0 {
+					if after > 0 {
+						fmt.Fprintf(cmd.OutOrStdout(), "no dead messages after id %d\n", after)
+					} else {
+						fmt.Fprintln(cmd.OutOrStdout(), "no dead messages")
+					}
+					return nil
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSOURCE\tMESSAGE\tTYPE\tATTEMPTS\tREASON\tLAST ERROR")
@@ -113,6 +209,7 @@ func newInboxDeadCmd() *cobra.Command {
 	cfg = addStoreFlags(cmd)
 	cmd.Flags().IntVar(&limit, "limit", 100, "how many dead messages to list")
 	cmd.Flags().Int64Var(&after, "after", 0, "list dead messages with an id above this one (paging)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
 	return cmd
 }
 
@@ -129,11 +226,19 @@ func parseIDs(args []string) ([]int64, error) {
 }
 
 func newInboxShowCmd() *cobra.Command {
-	var cfg *storeConfig
+	var (
+		cfg          *storeConfig
+		payloadBytes int
+		asJSON       bool
+	)
 	cmd := &cobra.Command{
 		Use:   "show ID",
-		Short: "Show one inbox row and its attempt history",
-		Args:  cobra.ExactArgs(1),
+		Short: "Show one inbox row, its payload and its attempt history",
+		Long: `Show one inbox row, its payload and its attempt history. The payload is
+printed as text when it is valid UTF-8, else as a hex dump, up to
+--payload-bytes (0: all). --json prints the row with "payload" (text) or
+"payload_base64", and "history".`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := parseIDs(args)
 			if err != nil {
@@ -148,6 +253,14 @@ func newInboxShowCmd() *cobra.Command {
 					return fmt.Errorf("inbox show: %w", err)
 				}
 				w := cmd.OutOrStdout()
+				if asJSON {
+					j := inboxRowToJSON(r, true)
+					j.History = []inboxAttempt{}
+					for _, a := range hist {
+						j.History = append(j.History, inboxAttempt{a.Number, a.At.UTC(), a.Error})
+					}
+					return writeJSON(w, j)
+				}
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				for _, f := range [][2]string{
 					{"id", fmt.Sprint(r.ID)},
@@ -172,6 +285,7 @@ func newInboxShowCmd() *cobra.Command {
 				if err := tw.Flush(); err != nil {
 					return err
 				}
+				printPayload(w, r.Payload, payloadBytes)
 				fmt.Fprintf(w, "\nattempts (%d):\n", len(hist))
 				tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "#\tAT\tERROR")
@@ -183,7 +297,44 @@ func newInboxShowCmd() *cobra.Command {
 		},
 	}
 	cfg = addStoreFlags(cmd)
+	cmd.Flags().IntVar(&payloadBytes, "payload-bytes", 4096, "print at most this many bytes of the payload (0: all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
 	return cmd
+}
+
+// printPayload prints payload, bounded to max bytes (0: all): as text when
+// it is valid UTF-8, else as a hex dump.
+func printPayload(w io.Writer, payload []byte, max int) {
+	if len(payload) == 0 {
+		return
+	}
+	shown := payload
+	if max > 0 && len(shown) > max {
+		shown = shown[:max]
+	}
+	if utf8.Valid(payload) {
+		for !utf8.Valid(shown) { // a cut inside a character
+			shown = shown[:len(shown)-1]
+		}
+		fmt.Fprintf(w, "\npayload (text):\n%s\n", shown)
+	} else {
+		fmt.Fprintf(w, "\npayload (binary, hex):\n%s", hex.Dump(shown))
+	}
+	if len(shown) < len(payload) {
+		fmt.Fprintf(w, "… %d more bytes (--payload-bytes 0 shows all)\n", len(payload)-len(shown))
+	}
+}
+
+// unmatched is the failure of a redrive or discard of ids of which only n
+// were dead messages (a row that is pending, running or processed, or gone,
+// is left alone): the operator asked for something that did not happen.
+// --all matching nothing is no failure: no dead messages is the normal state.
+func unmatched(op string, sel inbox.Select, n int64) error {
+	if sel.All || n >= int64(len(sel.IDs)) {
+		return nil
+	}
+	return fmt.Errorf("inbox %s: %d of the %d ids given are not dead messages (see inbox show ID); nothing was done to them",
+		op, int64(len(sel.IDs))-n, len(sel.IDs))
 }
 
 // selection turns ID arguments and --all into an inbox.Select.
@@ -217,7 +368,7 @@ func newInboxRedriveCmd() *cobra.Command {
 					return fmt.Errorf("inbox redrive: %w", err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "redrove %d dead message(s)\n", n)
-				return nil
+				return unmatched("redrive", sel, n)
 			})
 		},
 	}
@@ -248,7 +399,7 @@ func newInboxDiscardCmd() *cobra.Command {
 					return fmt.Errorf("inbox discard: %w", err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "discarded %d dead message(s)\n", n)
-				return nil
+				return unmatched("discard", sel, n)
 			})
 		},
 	}

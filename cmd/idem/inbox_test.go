@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox"
 	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/retry"
@@ -96,10 +98,40 @@ func checkInboxCommands(t *testing.T, env map[string]string, ib inbox.Admin) {
 	}
 	r = runCLI(t, env, "inbox", "show", "2")
 	wantExit(t, r, exitOK)
-	for _, want := range []string{`"m-b"`, "dead", "attempts (2):", "card declined"} {
+	for _, want := range []string{`"m-b"`, "dead", "attempts (2):", "card declined", "payload (text):\n{}\n"} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Fatalf("show lacks %q:\n%s", want, r.Stdout)
 		}
+	}
+
+	// --json on every read command, one schema each.
+	r = runCLI(t, env, "inbox", "stats", "--json")
+	wantExit(t, r, exitOK)
+	var stats []inboxStatJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &stats); err != nil || len(stats) != 4 || stats[3].State != inbox.StateDead || stats[3].Count != 3 {
+		t.Fatalf("stats --json = %+v, %v\n%s", stats, err, r.Stdout)
+	}
+	r = runCLI(t, env, "inbox", "dead", "--json")
+	wantExit(t, r, exitOK)
+	var dead []inboxRowJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &dead); err != nil || len(dead) != 3 || dead[0].DeadReason != idem.DeadMaxAttempts ||
+		dead[0].MessageID != "m-b" || dead[0].Attempts != 2 || dead[0].Payload != nil || dead[0].PayloadBytes != 2 {
+		t.Fatalf("dead --json = %+v, %v\n%s", dead, err, r.Stdout)
+	}
+	r = runCLI(t, env, "inbox", "show", "--json", "2")
+	wantExit(t, r, exitOK)
+	var row inboxRowJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &row); err != nil || row.ID != 2 || row.Payload == nil || *row.Payload != "{}" ||
+		len(row.History) != 2 || !strings.Contains(row.History[0].Error, "card") || row.ReceivedAt == nil {
+		t.Fatalf("show --json = %+v, %v\n%s", row, err, r.Stdout)
+	}
+
+	// A redrive of a row that is not dead (row 1 was processed) did
+	// nothing: it says so and fails.
+	r = runCLI(t, env, "inbox", "redrive", "1")
+	wantExit(t, r, exitFailure, "1 of the 1 ids given are not dead messages")
+	if row, _, _ := ib.Get(t.Context(), 1); row.State != inbox.StateProcessed {
+		t.Fatalf("redrive of a processed row changed it: %+v", row)
 	}
 	wantExit(t, runCLI(t, env, "inbox", "show", "99"), exitFailure, "inbox row 99 not found")
 	wantExit(t, runCLI(t, env, "inbox", "show", "x"), exitUsage, "invalid inbox row id")
@@ -125,5 +157,30 @@ func checkInboxCommands(t *testing.T, env map[string]string, ib inbox.Admin) {
 	wantExit(t, r, exitOK)
 	if !strings.Contains(r.Stdout, "redrove 0") {
 		t.Fatalf("redrive all after discard: %s", r.Stdout)
+	}
+	r = runCLI(t, env, "inbox", "dead")
+	wantExit(t, r, exitOK)
+	if r.Stdout != "no dead messages\n" {
+		t.Fatalf("dead with none: %q", r.Stdout)
+	}
+	wantExit(t, runCLI(t, env, "inbox", "discard", "3", "--yes"), exitFailure, "1 of the 1 ids given are not dead messages")
+}
+
+func TestPrintPayload(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	printPayload(&b, []byte("héllo wörld"), 2)
+	if got := b.String(); got != "\npayload (text):\nh\n… 12 more bytes (--payload-bytes 0 shows all)\n" {
+		t.Errorf("text payload cut inside é: %q", got)
+	}
+	b.Reset()
+	printPayload(&b, []byte{0xff, 0x00, 'a'}, 0)
+	if got := b.String(); !strings.HasPrefix(got, "\npayload (binary, hex):\n00000000  ff 00 61") || strings.Contains(got, "more bytes") {
+		t.Errorf("binary payload: %q", got)
+	}
+	b.Reset()
+	printPayload(&b, nil, 0)
+	if b.Len() != 0 {
+		t.Errorf("empty payload printed %q", b.String())
 	}
 }
