@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/store/idemmysql"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/idem-go/idem/store/idemsqlite"
 	"github.com/prometheus/client_golang/prometheus"
@@ -510,8 +511,8 @@ const (
 	probeKey   = "probe"
 )
 
-// storeReady checks that store is reachable and usable: for PostgreSQL
-// and SQLite, the store's Ping (the database answers, the schema is fully
+// storeReady checks that store is reachable and usable: for PostgreSQL,
+// MySQL and SQLite, the store's Ping (the database answers, the schema is fully
 // migrated); then, for every store, a
 // Get of a reserved probe key, which must find nothing or a record, so the
 // records table exists and can be read. Redis has no schema: the Get is a
@@ -524,6 +525,10 @@ func storeReady(store idem.Store) readyCheck {
 				return err
 			}
 		case *idemsqlite.Store:
+			if err := s.Ping(ctx); err != nil {
+				return err
+			}
+		case *idemmysql.Store:
 			if err := s.Ping(ctx); err != nil {
 				return err
 			}

@@ -224,7 +224,8 @@ func TestBadStoreDSN(t *testing.T) {
 		wants []string
 	}{
 		{"idem.db", []string{"invalid --store", "want SCHEME://"}},
-		{"mysql://localhost/db", []string{`unknown scheme "mysql"`, "postgres://", "sqlite://"}},
+		{"oracle://localhost/db", []string{`unknown scheme "oracle"`, "mysql://", "postgres://", "sqlite://"}},
+		{"mysql://user name:hunter2@host/db", []string{"invalid --store", "mysql://xxxxx@host/db"}},
 		{"sqlite://", []string{"invalid --store", "no file path"}},
 		{"sqlite://:memory:", []string{"invalid --store", "in-memory"}},
 		{"postgres://user name:hunter2@host/db", []string{"invalid --store", "postgres://xxxxx@host/db"}},

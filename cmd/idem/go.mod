@@ -22,6 +22,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.5 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0 // indirect
 	github.com/aws/smithy-go v1.28.9 // indirect
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
@@ -51,9 +52,11 @@ require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/config v1.33.19
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/idem-go/idem/broker/idemamqp v0.1.0
 	github.com/idem-go/idem/broker/idemsqs v0.1.0
 	github.com/idem-go/idem/contrib/idemprom v0.1.0
+	github.com/idem-go/idem/store/idemmysql v0.1.0
 	github.com/idem-go/idem/store/idempgx v0.1.0
 	github.com/idem-go/idem/store/idemredis v0.1.0
 	github.com/idem-go/idem/store/idemsqlite v0.1.0

@@ -158,7 +158,7 @@ func TestInboxOnRedisRefused(t *testing.T) {
 	url := redisURL(t)
 	for _, args := range [][]string{{"inbox", "stats"}, {"inbox", "dead"}, {"inbox", "redrive", "--all"}} {
 		r := runCLI(t, nil, append(args, "--store", url)...)
-		wantExit(t, r, exitFailure, "has no inbox", "sqlite:// or postgres://")
+		wantExit(t, r, exitFailure, "has no inbox", "sqlite://, postgres:// or mysql://")
 	}
 }
 
