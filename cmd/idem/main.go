@@ -6,8 +6,9 @@
 //
 // The store is chosen by --store or IDEM_STORE (default sqlite://idem.db):
 // sqlite://PATH for the embedded store, postgres:// or postgresql:// for
-// PostgreSQL. The PostgreSQL schema holding the idem tables is a separate
-// flag, --schema or IDEM_SCHEMA (default public), rather than a search_path
+// PostgreSQL, mysql://USER[:PASSWORD]@HOST[:PORT]/DB (or mariadb://) for
+// MySQL and MariaDB, redis:// for Redis. The PostgreSQL schema holding the
+// idem tables is a separate flag, --schema or IDEM_SCHEMA (default public), rather than a search_path
 // in the DSN, so that the same DSN works for the application and the CLI and
 // the hints the CLI prints ("run: idem migrate up …") name it explicitly.
 // Exit status: 0 success, 1 the command failed, 2 the command line was
