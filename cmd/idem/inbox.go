@@ -285,7 +285,7 @@ printed as text when it is valid UTF-8, else as a hex dump, up to
 				if err := tw.Flush(); err != nil {
 					return err
 				}
-				printPayload(w, r.Payload, payloadBytes)
+				printBytes(w, "payload", "--payload-bytes", r.Payload, payloadBytes)
 				fmt.Fprintf(w, "\nattempts (%d):\n", len(hist))
 				tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "#\tAT\tERROR")
@@ -302,26 +302,27 @@ printed as text when it is valid UTF-8, else as a hex dump, up to
 	return cmd
 }
 
-// printPayload prints payload, bounded to max bytes (0: all): as text when
-// it is valid UTF-8, else as a hex dump.
-func printPayload(w io.Writer, payload []byte, max int) {
-	if len(payload) == 0 {
+// printBytes prints b under title, bounded to max bytes (0: all): as text
+// when it is valid UTF-8, else as a hex dump; flag is the flag that shows
+// more.
+func printBytes(w io.Writer, title, flag string, b []byte, max int) {
+	if len(b) == 0 {
 		return
 	}
-	shown := payload
+	shown := b
 	if max > 0 && len(shown) > max {
 		shown = shown[:max]
 	}
-	if utf8.Valid(payload) {
+	if utf8.Valid(b) {
 		for !utf8.Valid(shown) { // a cut inside a character
 			shown = shown[:len(shown)-1]
 		}
-		fmt.Fprintf(w, "\npayload (text):\n%s\n", shown)
+		fmt.Fprintf(w, "\n%s (text):\n%s\n", title, shown)
 	} else {
-		fmt.Fprintf(w, "\npayload (binary, hex):\n%s", hex.Dump(shown))
+		fmt.Fprintf(w, "\n%s (binary, hex):\n%s", title, hex.Dump(shown))
 	}
-	if len(shown) < len(payload) {
-		fmt.Fprintf(w, "… %d more bytes (--payload-bytes 0 shows all)\n", len(payload)-len(shown))
+	if len(shown) < len(b) {
+		fmt.Fprintf(w, "… %d more bytes (%s 0 shows all)\n", len(b)-len(shown), flag)
 	}
 }
 

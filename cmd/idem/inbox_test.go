@@ -166,20 +166,20 @@ func checkInboxCommands(t *testing.T, env map[string]string, ib inbox.Admin) {
 	wantExit(t, runCLI(t, env, "inbox", "discard", "3", "--yes"), exitFailure, "1 of the 1 ids given are not dead messages")
 }
 
-func TestPrintPayload(t *testing.T) {
+func TestPrintBytes(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
-	printPayload(&b, []byte("héllo wörld"), 2)
+	printBytes(&b, "payload", "--payload-bytes", []byte("héllo wörld"), 2)
 	if got := b.String(); got != "\npayload (text):\nh\n… 12 more bytes (--payload-bytes 0 shows all)\n" {
 		t.Errorf("text payload cut inside é: %q", got)
 	}
 	b.Reset()
-	printPayload(&b, []byte{0xff, 0x00, 'a'}, 0)
+	printBytes(&b, "payload", "--payload-bytes", []byte{0xff, 0x00, 'a'}, 0)
 	if got := b.String(); !strings.HasPrefix(got, "\npayload (binary, hex):\n00000000  ff 00 61") || strings.Contains(got, "more bytes") {
 		t.Errorf("binary payload: %q", got)
 	}
 	b.Reset()
-	printPayload(&b, nil, 0)
+	printBytes(&b, "payload", "--payload-bytes", nil, 0)
 	if b.Len() != 0 {
 		t.Errorf("empty payload printed %q", b.String())
 	}

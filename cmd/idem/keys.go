@@ -4,10 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/idemhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -45,14 +50,27 @@ func notFound(cfg *storeConfig, scope, key string) error {
 
 func newKeysGetCmd() *cobra.Command {
 	var (
-		cfg    *storeConfig
-		scope  string
-		asJSON bool
+		cfg         *storeConfig
+		scope       string
+		asJSON      bool
+		resultBytes int
 	)
 	cmd := &cobra.Command{
 		Use:   "get KEY",
-		Short: "Show the record stored for KEY (exit 1 when there is none)",
-		Args:  cobra.ExactArgs(1),
+		Short: "Show the record stored for KEY, its result decoded (exit 1 when there is none)",
+		Long: `Show the record stored for KEY in --scope, and its result: for a key of the
+HTTP middleware or proxy (scope "http ..."), the stored response a retry is
+replayed (status, replayed headers, body) and the scope's parts (principal,
+method, route, and the scope hash the logs print); otherwise the Guard's or
+handler's result, as text when it is UTF-8, else as a hex dump. At most
+--result-bytes of a body or result are printed (0: all).
+
+--json prints {"scope", "key", "state", "token", "fingerprint", "created_at",
+"lease_expires_at", "completed_at", "expires_at", "result_size", "result"
+(base64), "result_text" (when UTF-8), "failed", "tombstone", "http_scope":
+{"principal", "method", "route", "hash"}, "http_response": {"status",
+"headers", "body" (text) or "body_base64", "discarded"}}.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := keyArg(scope, args)
 			if err != nil {
@@ -69,7 +87,7 @@ func newKeysGetCmd() *cobra.Command {
 				if asJSON {
 					return writeRecordJSON(cmd.OutOrStdout(), rec)
 				}
-				return writeRecord(cmd.OutOrStdout(), rec)
+				return writeRecord(cmd.OutOrStdout(), rec, resultBytes)
 			})
 		},
 	}
@@ -77,6 +95,7 @@ func newKeysGetCmd() *cobra.Command {
 	cmd.Flags().StringVar(&scope, "scope", "", "scope of the key (for consumers, the consumer name)")
 	envFlag(cmd, "scope", "IDEM_SCOPE")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as JSON")
+	cmd.Flags().IntVar(&resultBytes, "result-bytes", 4096, "print at most this many bytes of a result or body (0: all)")
 	return cmd
 }
 
@@ -94,8 +113,9 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// writeRecord prints rec as aligned "field  value" lines.
-func writeRecord(w io.Writer, rec idem.Record) error {
+// writeRecord prints rec as aligned "field  value" lines, then its
+// result decoded, at most max bytes of it (0: all).
+func writeRecord(w io.Writer, rec idem.Record, max int) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	result := fmt.Sprintf("%d bytes", len(rec.Result))
 	if rec.Tombstone {
@@ -115,28 +135,100 @@ func writeRecord(w io.Writer, rec idem.Record) error {
 		{"failed", yesNo(rec.Failed)},
 		{"tombstone", yesNo(rec.Tombstone)},
 	}
+	if p, m, r, ok := idemhttp.ParseScope(rec.Scope); ok {
+		rows = append(rows, [2]string{"http principal", fmt.Sprintf("%q", p)}, [2]string{"http method", m},
+			[2]string{"http route", r})
+	}
+	if strings.HasPrefix(rec.Scope, "http ") {
+		rows = append(rows, [2]string{"scope hash", idemhttp.ScopeHash(rec.Scope) + " (as in the proxy's log)"})
+	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rec.Result) == 0 {
+		return nil
+	}
+	resp, err := storedHTTP(rec)
+	if err != nil {
+		printBytes(w, "result", "--result-bytes", rec.Result, max)
+		return nil
+	}
+	fmt.Fprintf(w, "\nstored HTTP response (replayed to a retry):\n%d %s\n", resp.Status, http.StatusText(resp.Status))
+	if resp.Discarded {
+		fmt.Fprintln(w, "(the response was larger than the capture limit: only its completion was kept; a retry gets 410)")
+	}
+	keys := make([]string, 0, len(resp.Header))
+	for k := range resp.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range resp.Header[k] {
+			fmt.Fprintf(w, "%s: %s\n", k, v)
+		}
+	}
+	printBytes(w, "body", "--result-bytes", resp.Body, max)
+	return nil
+}
+
+// storedHTTP decodes rec's result as a response the HTTP middleware or
+// proxy stored; an error for any other record.
+func storedHTTP(rec idem.Record) (*idemhttp.StoredResponse, error) {
+	if !strings.HasPrefix(rec.Scope, "http ") || rec.Failed {
+		return nil, errors.New("not an HTTP record")
+	}
+	return idemhttp.DecodeStoredResponse(rec.Result)
 }
 
 // recordJSON is the --json form of a record. Times are RFC 3339 in UTC and
 // omitted when unset; Result is base64, as encoding/json writes bytes.
 type recordJSON struct {
-	Scope          string     `json:"scope"`
-	Key            string     `json:"key"`
-	State          idem.State `json:"state"`
-	Token          int64      `json:"token"`
-	Fingerprint    string     `json:"fingerprint"`
-	CreatedAt      *time.Time `json:"created_at,omitempty"`
-	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
-	CompletedAt    *time.Time `json:"completed_at,omitempty"`
-	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
-	ResultSize     int        `json:"result_size"`
-	Result         []byte     `json:"result"`
-	Failed         bool       `json:"failed"`
-	Tombstone      bool       `json:"tombstone"`
+	Scope          string            `json:"scope"`
+	Key            string            `json:"key"`
+	State          idem.State        `json:"state"`
+	Token          int64             `json:"token"`
+	Fingerprint    string            `json:"fingerprint"`
+	CreatedAt      *time.Time        `json:"created_at,omitempty"`
+	LeaseExpiresAt *time.Time        `json:"lease_expires_at,omitempty"`
+	CompletedAt    *time.Time        `json:"completed_at,omitempty"`
+	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
+	ResultSize     int               `json:"result_size"`
+	Result         []byte            `json:"result"`
+	ResultText     *string           `json:"result_text,omitempty"`
+	Failed         bool              `json:"failed"`
+	Tombstone      bool              `json:"tombstone"`
+	HTTPScope      *httpScopeJSON    `json:"http_scope,omitempty"`
+	HTTPResponse   *httpResponseJSON `json:"http_response,omitempty"`
+}
+
+// httpScopeJSON is the parts of an HTTP middleware's scope in "keys get
+// --json", with the hash the proxy's log prints.
+type httpScopeJSON struct {
+	Principal string `json:"principal"`
+	Method    string `json:"method"`
+	Route     string `json:"route"`
+	Hash      string `json:"hash"`
+}
+
+// httpResponseJSON is a stored HTTP response in "keys get --json".
+type httpResponseJSON struct {
+	Status     int         `json:"status"`
+	Headers    http.Header `json:"headers"`
+	Body       *string     `json:"body,omitempty"`
+	BodyBase64 []byte      `json:"body_base64,omitempty"`
+	Discarded  bool        `json:"discarded,omitempty"`
+}
+
+// textOrNil is b as a string when it is valid UTF-8 (and not empty).
+func textOrNil(b []byte) *string {
+	if len(b) == 0 || !utf8.Valid(b) {
+		return nil
+	}
+	s := string(b)
+	return &s
 }
 
 func jsonTime(t time.Time) *time.Time {
@@ -148,7 +240,7 @@ func jsonTime(t time.Time) *time.Time {
 }
 
 func writeRecordJSON(w io.Writer, rec idem.Record) error {
-	return writeJSON(w, recordJSON{
+	j := recordJSON{
 		Scope:          rec.Scope,
 		Key:            rec.Key,
 		State:          rec.State,
@@ -162,7 +254,23 @@ func writeRecordJSON(w io.Writer, rec idem.Record) error {
 		Result:         rec.Result,
 		Failed:         rec.Failed,
 		Tombstone:      rec.Tombstone,
-	})
+	}
+	if p, m, r, ok := idemhttp.ParseScope(rec.Scope); ok {
+		j.HTTPScope = &httpScopeJSON{p, m, r, idemhttp.ScopeHash(rec.Scope)}
+	}
+	if resp, err := storedHTTP(rec); err == nil {
+		h := resp.Header
+		if h == nil {
+			h = http.Header{}
+		}
+		j.HTTPResponse = &httpResponseJSON{Status: resp.Status, Headers: h, Discarded: resp.Discarded, Body: textOrNil(resp.Body)}
+		if j.HTTPResponse.Body == nil && len(resp.Body) > 0 {
+			j.HTTPResponse.BodyBase64 = resp.Body
+		}
+	} else {
+		j.ResultText = textOrNil(rec.Result)
+	}
+	return writeJSON(w, j)
 }
 
 func newKeysDeleteCmd() *cobra.Command {
