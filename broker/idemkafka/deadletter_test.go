@@ -1,16 +1,13 @@
 package idemkafka_test
 
 import (
-	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem/broker/idemkafka"
 	"github.com/idem-go/idem/consume"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // A poison record read again before its offset was committed (here: by a
@@ -58,51 +55,5 @@ func TestDeadLetterReReadSameID(t *testing.T) {
 	eventually(t, 10*time.Second, "both dead letters read", func() bool { return e.committedOn(t, "dlq-reader", e.topic+".dlq")[0] == 2 })
 	if got := e.effects(t); len(got) != 2 || got[want] != 1 {
 		t.Fatalf("effects %v", got)
-	}
-}
-
-// Run returns within Config.ShutdownTimeout after its context ends even
-// when the group coordinator stops answering (offset commits, heartbeats,
-// joins and the leave all hang): it does not wait for franz-go's unbounded
-// leave.
-func TestShutdownBoundedWhenGroupHangs(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, 1)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) }) // before the cluster closes
-	var hang atomic.Bool
-	for _, key := range []kmsg.Key{kmsg.OffsetCommit, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.LeaveGroup, kmsg.ConsumerGroupHeartbeat} {
-		e.cluster.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
-			e.cluster.KeepControl()
-			if hang.Load() {
-				e.cluster.SleepControl(func() { <-release })
-			}
-			return nil, nil, false
-		})
-	}
-	e.produce(t, e.client(t), idemkafka.NewRecord(e.topic, []byte("ok-1"), "ok-1"))
-	const bound = time.Second
-	c := e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil), ShutdownTimeout: bound})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	eventually(t, 10*time.Second, "the record processed", func() bool { return e.effects(t)["ok-1"] == 1 })
-	hang.Store(true)
-	e.produce(t, e.client(t), idemkafka.NewRecord(e.topic, []byte("ok-2"), "ok-2"))
-	eventually(t, 10*time.Second, "the second record processed", func() bool { return e.effects(t)["ok-2"] == 1 })
-	start := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Generous margin for a loaded machine; without the bound Run
-		// waits until release.
-		if took := time.Since(start); took > bound+3*time.Second {
-			t.Fatalf("Run took %v after its context ended, bound %v", took, bound)
-		}
-	case <-time.After(bound + 20*time.Second):
-		t.Fatal("Run did not return after its context ended")
 	}
 }
