@@ -80,19 +80,34 @@
 // server that .ci/run builds from the Go module proxy and starts
 // (IDEM_SQS_URL). goaws speaks only SQS's query protocol: the tests' client
 // uses [QueryProtocol]; Amazon SQS speaks both. Proven against goaws:
-// batch receive with duplicates applied once (batched and one at a time),
-// DeleteMessageBatch, the visibility heartbeat (a 2 s visibility timeout, a
-// handler taking 7 s, two consumers: one run), retries through
-// ChangeMessageVisibility and the dead letter with its metadata
-// attributes, list and redrive, FIFO order per group with a failing
-// message, FIFO deduplication (ten identical publishes, one message, one
-// effect), reading a native redrive policy and refusing a low
-// maxReceiveCount, and Ping against a dead address. Not proven against a
-// server: the MessageRetentionPeriod part of the window check (goaws does
-// not report the attribute; unit-tested on attributes), a partially failed
-// DeleteMessageBatch (goaws drops unknown receipt handles silently instead
-// of failing the entry), and goaws's FIFO group lock is looser than SQS's
-// (locking one group releases the others), so the ordering test keeps
-// every group inside one receive. StartMessageMoveTask redrives are not
-// used: goaws lacks them, and Redrive receives and sends instead.
+//
+//   - batch receive with duplicate publishes applied once, batched and one
+//     at a time (TestDuplicatesAppliedOnce), and a consumer process
+//     SIGKILLed and restarted while 2,000 messages with 30% duplicate
+//     publishes flow, the ledger exact (TestCrashRestart; 10,000 with
+//     IDEM_SQS_CRASH_FULL=1);
+//   - a DeleteMessageBatch entry that fails: the test spoils its receipt
+//     handle, the message comes back after its visibility timeout and is
+//     deduped (TestFailedDeleteIsDeduped);
+//   - the visibility heartbeat: a 2 s visibility timeout, a handler taking
+//     7 s, two consumers, one run (TestVisibilityHeartbeat);
+//   - retries through ChangeMessageVisibility, the dead letter with its
+//     metadata attributes, ListDeadLetters and Redrive
+//     (TestPoisonDeadLetteredAndRedriven);
+//   - FIFO order per group with a failing message (TestFIFOOrderPerGroup);
+//   - FIFO deduplication: ten identical publishes, one message, one effect
+//     (TestExercise3IdenticalPublishes);
+//   - reading a native redrive policy, its target as the default dead-letter
+//     queue, and refusing a low maxReceiveCount (TestRedrivePolicy);
+//   - Ping against a dead address and against missing queues.
+//
+// Not proven against a server: the MessageRetentionPeriod part of the
+// window check (goaws does not report the attribute; TestWindowCheck checks
+// it on attributes). Where goaws differs from SQS: it drops the message
+// attributes of SendMessageBatch entries (the tests send one message a
+// call; this package never batches sends), it ignores an unknown receipt
+// handle in DeleteMessageBatch instead of failing the entry, its FIFO group
+// lock is looser (locking one group releases the others, so the ordering
+// test keeps every group inside one receive), and it lacks
+// StartMessageMoveTask, which Redrive does not use: it receives and sends.
 package idemsqs

@@ -220,4 +220,3 @@ func publish(t testing.TB, c *sqs.Client, queue string, m idemsqs.Message) idems
 	}
 	return res
 }
-
