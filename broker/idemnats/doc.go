@@ -56,7 +56,8 @@
 // A dead letter published again after a crash before the original was
 // terminated (the original comes back after AckWait) is dropped by the
 // dead-letter stream's duplicate window, which must therefore exceed
-// AckWait (checked at start).
+// AckWait plus a handler's run (start-up refuses one shorter than
+// AckWait).
 //
 // # The dedupe window
 //
