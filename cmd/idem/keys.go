@@ -308,28 +308,56 @@ func newKeysDeleteCmd() *cobra.Command {
 
 func newKeysPurgeCmd() *cobra.Command {
 	var (
-		cfg   *storeConfig
-		batch int
+		cfg    *storeConfig
+		batch  int
+		vacuum bool
 	)
 	cmd := &cobra.Command{
 		Use:   "purge",
 		Short: "Delete every record whose retention has passed, in short batches",
-		Args:  cobra.NoArgs,
+		Long: `Delete every record whose retention has passed, in short batches, and say how
+many. The space they took is reused by new records but not given back to the
+file system: --vacuum then reclaims it (SQLite: VACUUM, which rewrites the file,
+needs as much free disk as the database and blocks writers while it runs;
+PostgreSQL: VACUUM (ANALYZE) on the idem tables) and reports the sizes before and
+after. Redis deletes expired records itself; there is nothing to purge.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if batch < 0 {
 				return usageErrorf("--batch must not be negative, got %d", batch)
 			}
+			b, err := lookupBackend(cfg.DSN)
+			if err != nil {
+				return err
+			}
+			if vacuum && b.Vacuum == nil {
+				return usageErrorf("--vacuum: %s stores have no space to reclaim this way", b.Name)
+			}
 			return withStore(cmd, cfg, func(s idem.Store) error {
+				out := cmd.OutOrStdout()
+				if b.ExpiresItself {
+					fmt.Fprintf(out, "%s deletes expired records itself (each has a TTL); nothing to purge\n", b.Name)
+					return nil
+				}
 				n, err := s.Purge(cmd.Context(), batch)
 				if err != nil {
 					return fmt.Errorf("keys purge: %w", err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "purged %d expired records\n", n)
+				fmt.Fprintf(out, "purged %d expired records from %s\n", n, describeStore(b, *cfg))
+				if !vacuum {
+					return nil
+				}
+				msg, err := b.Vacuum(cmd.Context(), s, *cfg)
+				if err != nil {
+					return fmt.Errorf("keys purge: %w", err)
+				}
+				fmt.Fprintln(out, msg)
 				return nil
 			})
 		},
 	}
 	cfg = addStoreFlags(cmd)
 	cmd.Flags().IntVar(&batch, "batch", 0, "rows deleted per statement (0 = the store's default)")
+	cmd.Flags().BoolVar(&vacuum, "vacuum", false, "then give the space back (SQLite VACUUM, PostgreSQL VACUUM (ANALYZE)) and report it")
 	return cmd
 }

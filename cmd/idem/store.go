@@ -32,6 +32,13 @@ type backend struct {
 	// Schema is set when the backend keeps its tables in the schema --schema
 	// names (PostgreSQL), so that messages name it.
 	Schema bool
+	// Vacuum reclaims the space that purged records leave behind, for
+	// "keys purge --vacuum", and says what it did; nil when the backend has
+	// nothing to reclaim or no way to.
+	Vacuum func(ctx context.Context, s idem.Store, cfg storeConfig) (string, error)
+	// ExpiresItself is set when the backend deletes expired records on its
+	// own (Redis TTLs), so that purge has nothing to do.
+	ExpiresItself bool
 }
 
 // storeConfig is what the user chose with --store and friends.

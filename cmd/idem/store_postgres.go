@@ -23,6 +23,7 @@ var postgresBackend = sqlBackend[*pgxpool.Pool]{
 		Example:    "postgres://USER@HOST:PORT/DB",
 		Migrations: idempgx.Migrations,
 		Schema:     true,
+		Vacuum:     vacuumPostgres,
 	},
 	connect: func(ctx context.Context, cfg storeConfig, forMigrations bool) (*pgxpool.Pool, func() error, error) {
 		maxConns := int32(pgStoreMaxConns)

@@ -23,6 +23,9 @@ func init() {
 		Schemes: []string{"redis", "rediss"},
 		Example: "redis://HOST:PORT/DB",
 		Open:    openRedis,
+		// Every record carries a TTL: Redis deletes it when its retention
+		// (or its lease) ends.
+		ExpiresItself: true,
 	})
 }
 

@@ -95,7 +95,12 @@ func TestKeysRedis(t *testing.T) {
 	}
 	wantExit(t, cli("keys", "get", key), exitFailure, "not found")
 	// Redis expires records itself: purge has nothing to do.
-	wantExit(t, cli("keys", "purge"), exitOK)
+	r = cli("keys", "purge")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "Redis deletes expired records itself (each has a TTL); nothing to purge") {
+		t.Errorf("keys purge on Redis printed %q", r.Stdout)
+	}
+	wantExit(t, cli("keys", "purge", "--vacuum"), exitUsage, "--vacuum: Redis stores have no space to reclaim")
 	wantExit(t, cli("keys", "delete", "--scope", "payments", key), exitOK)
 	wantExit(t, cli("keys", "get", "--scope", "payments", key), exitFailure, "not found")
 	if _, err := s.Get(t.Context(), "payments", key); err == nil {

@@ -21,6 +21,7 @@ var sqliteBackend = sqlBackend[*sql.DB]{
 		Schemes:    []string{"sqlite"},
 		Example:    "sqlite://PATH",
 		Migrations: idemsqlite.Migrations,
+		Vacuum:     vacuumSQLite,
 	},
 	connect: func(ctx context.Context, cfg storeConfig, _ bool) (*sql.DB, func() error, error) {
 		path, err := sqlitePath(cfg)
