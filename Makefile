@@ -72,3 +72,18 @@ bench-report:
 ## judged). Writes to a temporary directory, not to BENCHMARKS.md.
 bench-report-quick:
 	@d=$$(mktemp -d) && cd bench && $(GO) run ./cmd/idembench --quick --out $$d/BENCHMARKS.md --charts $$d/charts && rm -rf $$d
+
+## chaos: the reliability suite (RELIABILITY.md): every scenario at 100,000
+## messages, consumers as processes SIGKILLed and SIGSTOPped, connections cut,
+## stalled and delayed through faultnet relays; fails on any lost or
+## duplicated effect. Needs the IDEM_*_URL servers (private names on them).
+## Long (tens of minutes); not part of CI. CHAOS_FLAGS adds flags, e.g.
+## CHAOS_FLAGS='-scenarios amqp-postgres -messages 20000'.
+## chaos-quick: every scenario at 2,000 messages, 3 workers (CI, ~1.5 min).
+.PHONY: chaos chaos-quick
+CHAOS_FLAGS ?=
+chaos:
+	@d=$$(mktemp -d) && (cd chaos && $(GO) build -o $$d/chaos ./cmd/chaos) && $$d/chaos run $(CHAOS_FLAGS); rc=$$?; rm -rf $$d; exit $$rc
+
+chaos-quick:
+	@$(MAKE) --no-print-directory chaos CHAOS_FLAGS="-quick $(CHAOS_FLAGS)"

@@ -56,7 +56,7 @@ func runCommand(args []string) (failed bool, err error) {
 	list := fs.String("scenarios", "all", "comma-separated scenarios to run (chaos list)")
 	messages := fs.Int("messages", 0, "distinct messages per scenario (default 100000, quick 2000)")
 	workers := fs.Int("workers", 0, "worker processes per scenario (default 4, quick 3)")
-	rate := fs.Float64("rate", -1, "publish rate in messages a second, 0 unpaced (default 0, quick 400)")
+	rate := fs.Float64("rate", -1, "publish rate in messages a second, 0 unpaced (default 0, quick 500)")
 	noFaults := fs.Bool("no-relay", false, "do not put fault relays between the workers and the servers")
 	timeout := fs.Duration("timeout", 0, "per scenario (default 30m, quick 60s)")
 	keep := fs.Bool("keep", false, "keep the PostgreSQL schemas of the run")
@@ -74,7 +74,7 @@ func runCommand(args []string) (failed bool, err error) {
 		keep: *keep, logDir: *logDir, seed: *seed,
 	}
 	if *quick {
-		cfg.messages, cfg.workers, cfg.rate = 2000, 3, 400
+		cfg.messages, cfg.workers, cfg.rate = 2000, 3, 500
 		cfg.killEvery = [2]time.Duration{time.Second, 2 * time.Second}
 		cfg.zombieEvery = 3 * time.Second
 		cfg.faultEvery = [2]time.Duration{time.Second, 2 * time.Second}

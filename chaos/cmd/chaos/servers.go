@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -107,6 +109,9 @@ func (e *env) relayed(name, rawURL string) (string, error) {
 	return u.String(), nil
 }
 
+// quiet drops the set-up's informational logs.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // errMissing is a server whose URL is not set: a skip locally, a failure
 // under CI=true.
 var errMissing = errors.New("server URL not set")
@@ -199,7 +204,7 @@ func collectCounts(rows scanner) (map[string]int, error) {
 
 func (e *env) setupSQLite(ctx context.Context) error {
 	e.base.SQLite = filepath.Join(e.dir, "idem.db")
-	st, err := idemsqlite.Open(ctx, "sqlite://"+e.base.SQLite, &idemsqlite.Config{AutoMigrate: true})
+	st, err := idemsqlite.Open(ctx, "sqlite://"+e.base.SQLite, &idemsqlite.Config{AutoMigrate: true, Logger: quiet})
 	if err != nil {
 		return err
 	}

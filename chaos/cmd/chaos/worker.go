@@ -263,14 +263,18 @@ func workGuardRedis(downstreamKey bool) func(ctx context.Context, s spec) error 
 			if err := poison(kind); err != nil {
 				return err
 			}
-			// An external call takes a while: a zombie stopped here
-			// resumes after its lease.
-			time.Sleep(2 * time.Millisecond)
 			key := ""
 			if downstreamKey {
 				key = run.DownstreamKey("effect")
 			}
-			return downstreamCall(ctx, down, id, key, s.Worker)
+			if err := downstreamCall(ctx, down, id, key, s.Worker); err != nil {
+				return err
+			}
+			// The external system's answer takes a while to come back: a
+			// zombie stopped here has had its effect, and resumes after a
+			// takeover that calls again.
+			time.Sleep(5 * time.Millisecond)
+			return nil
 		}))
 	}
 }
