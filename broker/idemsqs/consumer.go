@@ -110,8 +110,8 @@ func NewConsumer(client *sqs.Client, cfg *Config) (*Consumer, error) {
 	if c.cfg.WaitTime <= 0 || c.cfg.WaitTime > 20*time.Second {
 		c.cfg.WaitTime = 20 * time.Second
 	}
-	if c.cfg.Visibility < 0 || c.cfg.Visibility > MaxVisibility {
-		return nil, fmt.Errorf("%w: idemsqs: Visibility must be between 0 and %v, got %v", idem.ErrInvalidConfig, MaxVisibility, c.cfg.Visibility)
+	if c.cfg.Visibility != 0 && (c.cfg.Visibility < time.Second || c.cfg.Visibility > MaxVisibility) {
+		return nil, fmt.Errorf("%w: idemsqs: Visibility must be between 1s and %v (SQS counts it in seconds), got %v", idem.ErrInvalidConfig, MaxVisibility, c.cfg.Visibility)
 	}
 	if c.cfg.Concurrency <= 0 {
 		c.cfg.Concurrency = 2
@@ -222,6 +222,10 @@ func (c *Consumer) prepare(ctx context.Context) (run, error) {
 	if err := c.check(info, r.visibility); err != nil {
 		return run{}, err
 	}
+	if c.cfg.Heartbeat >= r.visibility {
+		return run{}, fmt.Errorf("%w: idemsqs: Heartbeat %v is not shorter than the visibility timeout %v: a slow handler's message would become visible to other consumers between two heartbeats",
+			idem.ErrInvalidConfig, c.cfg.Heartbeat, r.visibility)
+	}
 	if r.dlq == "" {
 		if info.DeadLetterTargetARN == "" {
 			return run{}, fmt.Errorf("%w: idemsqs: queue %s has no redrive policy: set DeadLetterQueueURL", idem.ErrInvalidConfig, c.cfg.QueueURL)
@@ -231,8 +235,8 @@ func (c *Consumer) prepare(ctx context.Context) (run, error) {
 			return run{}, err
 		}
 	}
-	if _, err := ReadQueueInfo(ctx, c.client, r.dlq); err != nil {
-		return run{}, fmt.Errorf("idemsqs: dead-letter queue: %w", err)
+	if _, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(r.dlq)}); err != nil {
+		return run{}, fmt.Errorf("idemsqs: dead-letter queue %s: %w", r.dlq, err)
 	}
 	return r, nil
 }
@@ -531,8 +535,9 @@ func (d *delivery) Ack(context.Context) error {
 	return nil
 }
 
-// Retry hides the message for after (ChangeMessageVisibility), up to
-// MaxVisibility; SQS then delivers it again.
+// Retry hides the message for after (ChangeMessageVisibility), at least a
+// second (SQS counts visibility in seconds) and at most MaxVisibility; SQS
+// then delivers it again.
 func (d *delivery) Retry(ctx context.Context, after time.Duration, st consume.State) error {
 	d.b.s.c.states.put(aws.ToString(d.m.MessageId), st)
 	d.b.settle(d, false)

@@ -261,6 +261,10 @@ func TestPingMissingQueues(t *testing.T) {
 	if err := newConsumer(t, c, q, "", ok).Ping(context.Background()); !errors.Is(err, idem.ErrInvalidConfig) || !strings.Contains(err.Error(), "no redrive policy") {
 		t.Errorf("Ping without a dead-letter queue = %v", err)
 	}
+	slow := newConsumer(t, c, q, q, ok, func(cfg *idemsqs.Config) { cfg.Heartbeat = 30 * time.Second })
+	if err := slow.Ping(context.Background()); !errors.Is(err, idem.ErrInvalidConfig) || !strings.Contains(err.Error(), "Heartbeat 30s is not shorter than the visibility timeout 30s") {
+		t.Errorf("Ping with a heartbeat as long as the visibility timeout = %v", err)
+	}
 }
 
 // The native redrive policy: its target is the default dead-letter queue,
