@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemamqp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
@@ -118,7 +119,12 @@ func withDLQ(cmd *cobra.Command, cfg *dlqConfig, fn func(t *dlqTarget) error) er
 		Dial:       amqp.DefaultDial(10 * time.Second),
 		Properties: amqp.Table{"connection_name": "idem dlq"},
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, amqp.ErrCredentials), errors.Is(err, amqp.ErrSASL):
+		return fmt.Errorf("RabbitMQ at %s refused the user name or password in --amqp (or IDEM_AMQP_URL)", redactDSN(cfg.url))
+	case errors.Is(err, amqp.ErrVhost):
+		return fmt.Errorf("RabbitMQ at %s: the user in --amqp has no access to the virtual host", redactDSN(cfg.url))
+	case err != nil:
 		return fmt.Errorf("cannot connect to RabbitMQ at %s: %v (is it running? check --amqp or IDEM_AMQP_URL)", redactDSN(cfg.url), err)
 	}
 	defer conn.Close()
@@ -446,8 +452,10 @@ func newDLQRedriveCmd() *cobra.Command {
 		Short: "Send chosen dead letters back to the exchange and routing key they were first published to",
 		Long: `Send dead letters back to where they were first published, with fresh
 attempts: run it after fixing what made them fail. Choose them explicitly, by
-message id, --all, or --reason (max_attempts, permanent, id_conflict,
-missing_id, invalid_id, or a broker reason such as expired or rejected).
+message id, --all, or --reason: one of idem's (max_attempts, permanent,
+mismatch — id_conflict before — missing_id, invalid_id, no_handler) or
+RabbitMQ's own (rejected, expired, maxlen, delivery_limit). Ids or a reason
+that match no dead letter are an error (exit 1); --all matching none is not.
 
 Each message is removed from the dead-letter queue only after the broker
 confirms its copy. A message redriven --max-redrives times already stays in the
@@ -463,12 +471,15 @@ dead letters. --dry-run prints what would move and changes nothing.`,
 		if err := redriveChoice(ids, all, reason, maxRedrives, limit); err != nil {
 			return err
 		}
+		if reason == "id_conflict" { // the old name, in dead letters of earlier versions too
+			reason = string(idem.DeadMismatch)
+		}
 		match := func(m idemamqp.DeadMessage) bool {
 			switch {
 			case all:
 				return true
 			case reason != "":
-				return string(m.Reason) == reason
+				return string(m.Reason) == reason || reason == string(idem.DeadMismatch) && m.Reason == "id_conflict"
 			}
 			return slices.Contains(ids, m.ID)
 		}
@@ -506,6 +517,9 @@ dead letters. --dry-run prints what would move and changes nothing.`,
 				}
 			}
 			writeRedriveSummary(out, dryRun, res.Redriven, res.Capped, maxRedrives, t.name)
+			if reason != "" && len(res.Redriven)+len(res.Capped) == 0 {
+				return fmt.Errorf("no dead letter in %s has reason %s", t.name, reason)
+			}
 			return missingIDs(ids, res.Redriven, res.Capped, t.name)
 		})
 	}
@@ -528,8 +542,18 @@ func redriveChoice(ids []string, all bool, reason string, maxRedrives, limit int
 		return usageErrorf("give only one of: message ids, --all, --reason")
 	case maxRedrives < 1 || limit < 1:
 		return usageErrorf("--max-redrives and --limit must be at least 1")
+	case reason != "" && !slices.Contains(redriveReasons, reason):
+		return usageErrorf("unknown --reason %q, want one of: %s", reason, strings.Join(redriveReasons, ", "))
 	}
 	return nil
+}
+
+// redriveReasons are the reasons --reason accepts: idem's dead-letter
+// reasons, the old name of mismatch, and RabbitMQ's own x-death reasons.
+var redriveReasons = []string{
+	string(idem.DeadMaxAttempts), string(idem.DeadPermanent), string(idem.DeadMismatch), "id_conflict",
+	string(idem.DeadMissingID), string(idem.DeadInvalidID), string(idem.DeadNoHandler),
+	"rejected", "expired", "maxlen", "delivery_limit",
 }
 
 // writeRedriveSummary prints the ids kept at the cap and the count moved.

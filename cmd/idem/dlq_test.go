@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -351,8 +352,9 @@ func TestDLQDirectDeadLetters(t *testing.T) {
 	if !strings.Contains(r.Stdout, "would redrive 2 message(s)") {
 		t.Errorf("dry run with a higher cap:\n%s", r.Stdout)
 	}
+	// A reason no dead letter has is a request that did nothing: exit 1.
 	r = e.run(t, "redrive", "--reason", "expired")
-	wantExit(t, r, exitOK)
+	wantExit(t, r, exitFailure, "has reason expired")
 	if !strings.Contains(r.Stdout, "redrove 0 message(s)") {
 		t.Errorf("redrive of an absent reason:\n%s", r.Stdout)
 	}
@@ -415,6 +417,22 @@ func TestDLQMissingQueue(t *testing.T) {
 		`dead-letter queue "`+q+`" does not exist`)
 }
 
+// TestDLQWrongPassword: refused credentials are reported as such, without
+// the password, not as a broker that may not be running.
+func TestDLQWrongPassword(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(rabbitURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "not-the-password-42")
+	r := runCLI(t, nil, "dlq", "amqp", "list", "--amqp", u.String(), "--queue", "q")
+	wantExit(t, r, exitFailure, "refused the user name or password")
+	if strings.Contains(r.Stderr, "not-the-password-42") || strings.Contains(r.Stderr, "is it running") {
+		t.Fatalf("stderr: %s", r.Stderr)
+	}
+}
+
 // TestDLQCommandLine needs no broker: every check happens before dialling,
 // and an unreachable broker is one line with a hint.
 func TestDLQCommandLine(t *testing.T) {
@@ -443,6 +461,7 @@ func TestDLQCommandLine(t *testing.T) {
 		{[]string{"dlq", "amqp", "show", "--amqp", down, "--queue", "q"}, []string{"accepts 1 arg"}},
 		{[]string{"dlq", "amqp", "redrive", "--amqp", down, "--queue", "q"}, []string{"choose what to redrive"}},
 		{[]string{"dlq", "amqp", "redrive", "--all", "--reason", "x", "--amqp", down, "--queue", "q"}, []string{"only one of"}},
+		{[]string{"dlq", "amqp", "redrive", "--reason", "nonsense", "--amqp", down, "--queue", "q"}, []string{`unknown --reason "nonsense"`, "max_attempts", "mismatch", "expired"}},
 		{[]string{"dlq", "amqp", "purge", "--amqp", down, "--queue", "q"}, []string{"q.dlq", "add --yes"}},
 		// The deprecated spelling without the broker word checks alike.
 		{[]string{"dlq", "list", "--queue", "q"}, []string{"missing --amqp"}},
