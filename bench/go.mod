@@ -5,11 +5,11 @@ go 1.26.0
 require github.com/idem-go/idem v0.1.0
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/idem-go/idem/shared v0.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -28,6 +28,7 @@ require (
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/image v0.25.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
@@ -39,6 +40,9 @@ require (
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
+	github.com/go-sql-driver/mysql v1.10.2
+	github.com/idem-go/idem/shared v0.1.0
+	github.com/idem-go/idem/store/idemmysql v0.1.0
 	github.com/idem-go/idem/store/idempgx v0.1.0
 	github.com/idem-go/idem/store/idemredis v0.1.0
 	github.com/idem-go/idem/store/idemsqlite v0.1.0
@@ -47,5 +51,4 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
-	golang.org/x/image v0.25.0
 )

@@ -14,6 +14,7 @@ type Machine struct {
 	Go       string
 	OS       string
 	Postgres string
+	MySQL    string
 	Redis    string
 	// Load is a free-text note on what else ran (shared machine).
 	Load string
@@ -115,7 +116,7 @@ func (r *Report) WriteMarkdown(w io.Writer, charts map[string]string) error {
 	fmt.Fprintf(&b, "- **Date:** %s\n", r.Date.UTC().Format("2006-01-02 15:04 MST"))
 	m := r.Machine
 	fmt.Fprintf(&b, "- **Machine:** %d CPUs, %.1f GB memory, %s, %s\n", m.CPUs, m.MemoryGB, m.OS, m.Go)
-	fmt.Fprintf(&b, "- **Servers:** PostgreSQL %s, Redis %s (loopback); SQLite embedded (modernc.org/sqlite, WAL, synchronous=FULL)\n", orNA(m.Postgres), orNA(m.Redis))
+	fmt.Fprintf(&b, "- **Servers:** PostgreSQL %s, MySQL %s, Redis %s (loopback); SQLite embedded (modernc.org/sqlite, WAL, synchronous=FULL)\n", orNA(m.Postgres), orNA(m.MySQL), orNA(m.Redis))
 	fmt.Fprintf(&b, "- **Command:** `%s`\n", r.Command)
 	mode := fmt.Sprintf("median of %d runs per row, with min–max", r.Runs)
 	if r.Quick {
@@ -186,7 +187,8 @@ const closingNote = `## How to read the rows
 
 - **Ceiling** rows do less than idem on purpose: the PostgreSQL and SQLite ceilings insert the
   same keys with a multi-row ` + "`INSERT … ON CONFLICT DO NOTHING`" + ` and no effect or transaction
-  around it; the Redis ceiling is a bare pipelined ` + "`SET NX PX`" + ` (no record, no fencing token, no
+  around it, the MariaDB ceiling with a multi-row ` + "`INSERT … ON DUPLICATE KEY UPDATE`" + ` that changes
+  nothing; the Redis ceiling is a bare pipelined ` + "`SET NX PX`" + ` (no record, no fencing token, no
   fingerprint); the HTTP ceiling is the handler without the middleware. They bound what any
   dedupe can reach on this machine.
 - **Textbook** rows are the hand-written pattern: one transaction per message with

@@ -24,7 +24,7 @@ func TestQuickReport(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "BENCHMARKS.md")
 	rep, err := bench.Generate(context.Background(), bench.Config{
-		PostgresURL: pg, RedisURL: rd, Quick: true,
+		PostgresURL: pg, RedisURL: rd, MySQLURL: idemtest.ServiceURL(t, "IDEM_MYSQL_URL"), Quick: true,
 		Out: out, Charts: filepath.Join(dir, "docs", "bench"), Command: "test",
 	})
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 type Config struct {
 	PostgresURL string
 	RedisURL    string
+	// MySQLURL is a mysql:// URL or a go-sql-driver DSN.
+	MySQLURL string
 	// Quick runs every scenario once at QuickSizes.
 	Quick bool
 	// Runs per scenario (default 5; 1 in Quick mode).
@@ -59,6 +61,7 @@ func Generate(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer env.Close()
+	env.MySQLURL = cfg.MySQLURL
 	var scenarios []*Scenario
 	for _, s := range Scenarios(sizes) {
 		if cfg.Filter == nil || cfg.Filter(s) {
@@ -106,6 +109,9 @@ func machine(ctx context.Context, cfg Config) Machine {
 			_ = conn.QueryRow(ctx, "SHOW server_version").Scan(&m.Postgres)
 			_ = conn.Close(ctx)
 		}
+	}
+	if cfg.MySQLURL != "" {
+		m.MySQL = mysqlVersion(ctx, cfg.MySQLURL)
 	}
 	if cfg.RedisURL != "" {
 		if opt, err := redis.ParseURL(cfg.RedisURL); err == nil {

@@ -45,6 +45,7 @@ func (r Role) String() string {
 // Group names, in report order.
 const (
 	GroupPostgres = "PostgreSQL: dedupe + ledger effect"
+	GroupMySQL    = "MariaDB: dedupe + ledger effect"
 	GroupRedis    = "Redis: claims"
 	GroupSQLite   = "Embedded SQLite: dedupe"
 	GroupHTTP     = "HTTP: Idempotency-Key middleware (SQLite store)"
@@ -52,7 +53,7 @@ const (
 )
 
 // Groups lists the groups in report order.
-var Groups = []string{GroupPostgres, GroupRedis, GroupSQLite, GroupHTTP, GroupConsumer}
+var Groups = []string{GroupPostgres, GroupMySQL, GroupRedis, GroupSQLite, GroupHTTP, GroupConsumer}
 
 // Needs names the services a scenario needs.
 type Needs int
@@ -62,6 +63,8 @@ const (
 	NeedsPostgres Needs = 1 << iota
 	// NeedsRedis: the scenario needs Env.RedisURL.
 	NeedsRedis
+	// NeedsMySQL: the scenario needs Env.MySQLURL.
+	NeedsMySQL
 )
 
 // Scenario is one row of the report.
@@ -104,6 +107,9 @@ func (s *Scenario) ID() string {
 type Env struct {
 	PostgresURL string
 	RedisURL    string
+	// MySQLURL is a mysql:// URL or a go-sql-driver DSN (set it after
+	// NewEnv); the MySQL group needs it.
+	MySQLURL string
 	// Dir is a scratch directory for SQLite files.
 	Dir string
 	// Prefix is unique per invocation, so that runs never see each other's
@@ -272,6 +278,9 @@ func prepare(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 	}
 	if s.Needs&NeedsRedis != 0 && env.RedisURL == "" {
 		return Run{}, errors.New("no Redis URL (set IDEM_REDIS_URL or --redis)")
+	}
+	if s.Needs&NeedsMySQL != 0 && env.MySQLURL == "" {
+		return Run{}, errors.New("no MySQL URL (set IDEM_MYSQL_URL or --mysql)")
 	}
 	run, err := s.Prepare(ctx, env, s)
 	if err != nil {

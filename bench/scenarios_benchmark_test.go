@@ -22,6 +22,7 @@ func BenchmarkScenarios(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer env.Close()
+	env.MySQLURL = idemtest.ServiceURL(b, "IDEM_MYSQL_URL")
 	for _, s := range bench.Scenarios(bench.QuickSizes) {
 		name := strings.NewReplacer(" ", "_", "…", "", "×", "x").Replace(fmt.Sprintf("%s/%s/c%d/dup%d", s.Group[:strings.IndexAny(s.Group, ": ")], s.Name, s.Concurrency, s.DupPercent))
 		b.Run(name, func(b *testing.B) {

@@ -7,7 +7,7 @@
 //
 // Flags: --quick (every scenario once at a small size), --runs N (default
 // 5), --out, --charts, --postgres (default $IDEM_POSTGRES_URL), --redis
-// (default $IDEM_REDIS_URL), --only (substring filter on group or name),
+// (default $IDEM_REDIS_URL), --mysql (default $IDEM_MYSQL_URL), --only (substring filter on group or name),
 // --load-note (recorded in the report), --cpuprofile FILE.
 package main
 
@@ -38,6 +38,7 @@ func run() error {
 	flag.StringVar(&cfg.Charts, "charts", "docs/bench", "chart directory (empty: no charts)")
 	flag.StringVar(&cfg.PostgresURL, "postgres", os.Getenv("IDEM_POSTGRES_URL"), "PostgreSQL URL")
 	flag.StringVar(&cfg.RedisURL, "redis", os.Getenv("IDEM_REDIS_URL"), "Redis URL")
+	flag.StringVar(&cfg.MySQLURL, "mysql", os.Getenv("IDEM_MYSQL_URL"), "MySQL / MariaDB URL (mysql://…) or driver DSN")
 	flag.StringVar(&cfg.LoadNote, "load-note", "", "note on other load on the machine, recorded in the report")
 	only := flag.String("only", "", "run only scenarios whose group or name contains this")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
