@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // MemoryOptions configure a [MemoryStore]. The zero value (or nil) gives
@@ -47,6 +50,7 @@ type recordID struct{ scope, key string }
 var (
 	_ idem.Store   = (*MemoryStore)(nil)
 	_ idem.Durable = (*MemoryStore)(nil)
+	_ idem.Lister  = (*MemoryStore)(nil)
 )
 
 // NewMemoryStore returns an empty in-memory store. opts may be nil.
@@ -294,4 +298,42 @@ func copyRecord(r *idem.Record) *idem.Record {
 	c := *r
 	c.Result = bytes.Clone(r.Result)
 	return &c
+}
+
+// List implements [idem.Lister], in (scope, key) order by bytes.
+func (s *MemoryStore) List(ctx context.Context, req idem.ListRequest) (idem.ListPage, error) {
+	return storekit.ListOrdered(ctx, req, s.readAfter)
+}
+
+func (s *MemoryStore) readAfter(ctx context.Context, pos storekit.Position, scope string, n int) ([]idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("idemtest: list: %w", err)
+	}
+	after := func(id recordID) bool {
+		if c := strings.Compare(id.scope, pos.Scope); c != 0 {
+			return c > 0
+		}
+		return id.key > pos.Key
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []recordID
+	for id := range s.records {
+		if after(id) && (scope == "" || id.scope == scope) {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b recordID) int {
+		if c := strings.Compare(a.scope, b.scope); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	out := make([]idem.Record, 0, min(n, len(ids)))
+	for _, id := range ids[:min(n, len(ids))] {
+		r := *s.records[id]
+		r.Result = nil
+		out = append(out, r)
+	}
+	return out, nil
 }

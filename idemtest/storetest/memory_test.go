@@ -116,3 +116,8 @@ func (e *memoryEnv) Effects(context.Context) (map[string]int, error) {
 	defer e.mu.Unlock()
 	return maps.Clone(e.effects), nil
 }
+
+func TestMemoryStoreListConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunList(t, func(t *testing.T) idem.Store { return idemtest.NewMemoryStore(nil) }, nil)
+}
