@@ -72,7 +72,12 @@ func (e *processEnv) ProcessBatch(ctx context.Context, msgs []idem.Message, fail
 }
 
 func (e *processEnv) Effects(ctx context.Context) (map[string]int, error) {
-	rows, err := e.s.DB().QueryContext(ctx, "SELECT `key`, COUNT(*) FROM effects GROUP BY `key`")
+	return countEffects(ctx, e.s.DB(), "effects")
+}
+
+// countEffects counts the rows of an effects table per key.
+func countEffects(ctx context.Context, db *sql.DB, table string) (map[string]int, error) {
+	rows, err := db.QueryContext(ctx, "SELECT `key`, COUNT(*) FROM "+table+" GROUP BY `key`")
 	if err != nil {
 		return nil, err
 	}

@@ -23,23 +23,7 @@ func inboxEnv(s *idemmysql.Store) inboxtest.Env[*sql.Tx] {
 			return err
 		},
 		Effects: func(ctx context.Context) (map[string]int, error) {
-			rows, err := s.DB().QueryContext(ctx, "SELECT `key`, COUNT(*) FROM inbox_effects GROUP BY `key`")
-			if err != nil {
-				return nil, err
-			}
-			defer rows.Close()
-			out := map[string]int{}
-			for rows.Next() {
-				var (
-					k string
-					n int
-				)
-				if err := rows.Scan(&k, &n); err != nil {
-					return nil, err
-				}
-				out[k] = n
-			}
-			return out, rows.Err()
+			return countEffects(ctx, s.DB(), "inbox_effects")
 		},
 	}
 }
