@@ -84,3 +84,9 @@ func (e *processEnv) Effects(ctx context.Context) (map[string]int, error) {
 	})
 	return out, err
 }
+
+func TestListConformance(t *testing.T) {
+	t.Parallel()
+	testPool(t)
+	storetest.RunList(t, func(t *testing.T) idem.Store { return newStore(t, nil) }, nil)
+}

@@ -9,6 +9,7 @@ type queries struct {
 	claim, getLive, get, complete, release, extend, delete, purge string
 	processOne, processOneNew, processBatch, processBatchNew      string
 	processLookup                                                 string
+	listAll, listScope                                            string
 }
 
 // takeoverCondition says when an existing row counts as absent for an
@@ -33,7 +34,10 @@ FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, 
 	takeover := `ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
 WHERE ` + takeoverCondition + `
 `
+	listAll, listScope := listQueries(t)
 	return queries{
+		listAll:   listAll,
+		listScope: listScope,
 		// The token column defaults to nextval of the schema's sequence, so
 		// excluded.token is a fresh token also on the update path. created_at
 		// survives a takeover, so "created before this statement" tells a
