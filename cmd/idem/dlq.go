@@ -371,15 +371,21 @@ func writeDeadLetter(w io.Writer, m idemamqp.DeadMessage, wholeBody bool, now ti
 	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
 		fmt.Fprintf(w, "    %s: %s\n", cell(k, listFieldWidth), headerValue(m.Headers[k]))
 	}
-	body := m.Body
-	if !wholeBody && len(body) > bodyPreviewBytes {
+	writeBody(w, m.Body, wholeBody)
+}
+
+// writeBody prints a dead letter's body: text as indented lines, anything
+// else as a hex dump; the first 1 KiB unless whole.
+func writeBody(w io.Writer, all []byte, whole bool) {
+	body := all
+	if !whole && len(body) > bodyPreviewBytes {
 		body = body[:bodyPreviewBytes]
 	}
 	if len(body) == 0 {
 		return
 	}
-	if len(body) < len(m.Body) {
-		fmt.Fprintf(w, "  body (first %d of %d bytes; --body for all):\n", len(body), len(m.Body))
+	if len(body) < len(all) {
+		fmt.Fprintf(w, "  body (first %d of %d bytes; --body for all):\n", len(body), len(all))
 	} else {
 		fmt.Fprintln(w, "  body:")
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
@@ -214,25 +213,7 @@ func writeSQSDeadLetter(w io.Writer, m idemsqs.DeadMessage, wholeBody bool, now 
 	for _, k := range slices.Sorted(maps.Keys(m.Attributes)) {
 		fmt.Fprintf(w, "    %s: %s\n", cell(k, listFieldWidth), cell(m.Attributes[k], headerValueBytes))
 	}
-	body := m.Body
-	if !wholeBody && len(body) > bodyPreviewBytes {
-		body = body[:bodyPreviewBytes]
-	}
-	if len(body) == 0 {
-		return
-	}
-	if len(body) < len(m.Body) {
-		fmt.Fprintf(w, "  body (first %d of %d bytes; --body for all):\n", len(body), len(m.Body))
-	} else {
-		fmt.Fprintln(w, "  body:")
-	}
-	if text, ok := printableText(body); ok {
-		for line := range strings.SplitSeq(strings.TrimRight(text, "\n"), "\n") {
-			fmt.Fprintf(w, "    %s\n", line)
-		}
-		return
-	}
-	io.WriteString(w, hex.Dump(body))
+	writeBody(w, m.Body, wholeBody)
 }
 
 func newSQSRedriveCmd() *cobra.Command {
