@@ -11,9 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	"github.com/idem-go/idem/shared/chart"
 )
 
 var roleColor = map[Role]color.RGBA{
@@ -34,8 +32,7 @@ const (
 // whisker), coloured by role, as a PNG. Bars share one linear scale.
 func WriteChart(w io.Writer, title string, results []Result) error {
 	h := chartMargin*2 + rowHeight*(len(results)+2)
-	img := image.NewRGBA(image.Rect(0, 0, chartWidth, h))
-	draw.Draw(img, img.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
+	img := chart.New(chartWidth, h)
 	text(img, chartMargin, chartMargin+13, title+" (msgs/s, median, whisker = min-max)", color.Black)
 	top := 0.0
 	for _, r := range results {
@@ -62,24 +59,16 @@ func WriteChart(w io.Writer, title string, results []Result) error {
 		draw.Draw(img, image.Rect(lo, mid, hi+1, mid+1), image.NewUniform(color.Black), image.Point{}, draw.Src)
 		text(img, hi+6, y+14, fmtRate(r.Median()), color.Black)
 	}
-	legend := chartMargin + rowHeight*(len(results)+1) + 14
-	x := chartMargin
+	var legend []chart.LegendItem
 	for _, role := range []Role{RoleCeiling, RoleTextbook, RoleIdem, RolePeer} {
-		draw.Draw(img, image.Rect(x, legend-10, x+12, legend), image.NewUniform(roleColor[role]), image.Point{}, draw.Src)
-		text(img, x+16, legend, role.String(), color.Black)
-		x += 110
+		legend = append(legend, chart.LegendItem{Color: roleColor[role], Label: role.String()})
 	}
+	chart.Legend(img, chartMargin, chartMargin+rowHeight*(len(results)+1)+14, legend)
 	return png.Encode(w, img)
 }
 
-// asciiOnly maps the report's typography onto what basicfont can draw.
-var asciiOnly = strings.NewReplacer("…", "...", "×", "x", "–", "-")
-
-func text(img draw.Image, x, y int, s string, c color.Color) {
-	s = asciiOnly.Replace(s)
-	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
-	d.DrawString(s)
-}
+// text draws s with its baseline at (x, y) in the charts' font.
+func text(img draw.Image, x, y int, s string, c color.Color) { chart.Text(img, x, y, s, c) }
 
 // WriteCharts writes one PNG per group into dir and returns, per group, the
 // file's path as seen from relTo (the report's directory).

@@ -9,10 +9,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idem-go/idem/retry"
+	"github.com/idem-go/idem/shared/chart"
 	"github.com/spf13/cobra"
 )
 
@@ -59,10 +61,10 @@ that spike looks next to the jittered schedules.`,
 				return err
 			}
 			if pngPath != "" {
-				if err := writeBackoffPNG(pngPath, res); err != nil {
+				if err := writeBackoffPNG(pngPath, cfg, res); err != nil {
 					return fmt.Errorf("writing %s: %w", pngPath, err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "chart written to %s (top to bottom: none=red, equal=orange, full=green)\n", pngPath)
+				fmt.Fprintf(cmd.OutOrStdout(), "chart written to %s\n", pngPath)
 			}
 			return nil
 		},
@@ -175,8 +177,9 @@ func peakRatio(res []stormResult) float64 {
 }
 
 // renderBackoff prints one histogram per strategy on a common time axis of
-// rows rows. A row's bar is the busiest bucket inside it, so the bar is the
-// peak load a server sees in that period; the count is all retries in it.
+// rows rows. A row's bar and its number are the same thing, the busiest
+// bucket inside the row (the peak load a server sees in that period); the
+// last column is every retry in the row.
 func renderBackoff(w io.Writer, s backoffSim, res []stormResult, rows int) error {
 	bw := bufio.NewWriter(w)
 	span := 0
@@ -189,12 +192,13 @@ func renderBackoff(w io.Writer, s backoffSim, res []stormResult, rows int) error
 		maxPeak = max(maxPeak, r.Peak)
 	}
 	const width = 50
-	fmt.Fprintf(bw, "%d clients fail at t=0 and retry %d times; base %v, cap %v, seed %d\n", s.Clients, s.Attempts, s.Base, s.Cap, s.Seed)
-	fmt.Fprintf(bw, "bar: busiest %v bucket in the row (# = %.2g retries); count: all retries in the row\n",
-		s.Bucket, float64(maxPeak)/width)
+	fmt.Fprintf(bw, "%d clients fail at t=0 and retry %d times; base %s, cap %s, seed %d\n", s.Clients, s.Attempts, fmtSpan(s.Base), fmtSpan(s.Cap), s.Seed)
+	fmt.Fprintf(bw, "each row is %s; bar and PEAK: the busiest %s bucket in the row (# = %.2g retries); IN ROW: every retry in the row\n",
+		fmtSpan(time.Duration(perRow)*s.Bucket), fmtSpan(s.Bucket), float64(maxPeak)/width)
 	for _, r := range res {
-		fmt.Fprintf(bw, "\n%s jitter: peak %d retries in %v at t=%v (%.0f retries/s), %d retries in all\n",
-			r.Jitter, r.Peak, s.Bucket, r.PeakAt.Round(time.Millisecond), r.PeakRate(), r.Total)
+		fmt.Fprintf(bw, "\n%s jitter: peak %d retries in %s at t=%s (%.0f retries/s), %d retries in all\n",
+			r.Jitter, r.Peak, fmtSpan(s.Bucket), fmtSpan(r.PeakAt), r.PeakRate(), r.Total)
+		fmt.Fprintf(bw, "%9s %-*s %5s %6s\n", "FROM", width, "", "PEAK", "IN ROW")
 		for row := 0; row*perRow < span; row++ {
 			lo, hi := row*perRow, min((row+1)*perRow, len(r.Counts))
 			busiest, count := 0, 0
@@ -205,7 +209,7 @@ func renderBackoff(w io.Writer, s backoffSim, res []stormResult, rows int) error
 			if busiest > 0 {
 				bar = max(1, busiest*width/maxPeak)
 			}
-			fmt.Fprintf(bw, "%9s %-*s %5d\n", (time.Duration(lo) * s.Bucket).Round(time.Millisecond), width, strings.Repeat("#", bar), count)
+			fmt.Fprintf(bw, "%9s %-*s %5d %6d\n", fmtSpan(time.Duration(lo)*s.Bucket), width, strings.Repeat("#", bar), busiest, count)
 		}
 	}
 	fmt.Fprintf(bw, "\npeak retry rate: none %.0f/s, equal %.0f/s, full %.0f/s\n", res[0].PeakRate(), res[1].PeakRate(), res[2].PeakRate())
@@ -213,37 +217,73 @@ func renderBackoff(w io.Writer, s backoffSim, res []stormResult, rows int) error
 	return bw.Flush()
 }
 
-// writeBackoffPNG draws one panel per strategy (top to bottom: none in
-// red, equal in orange, full in green) on common axes, one vertical line per
-// pixel column up to its busiest bucket. Only the standard library is used,
-// so the chart has no text: the colours and the order are the legend.
-func writeBackoffPNG(path string, res []stormResult) error {
-	const w, panelH, pad = 800, 160, 10
-	h := len(res)*(panelH+pad) + pad
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	fill(img, img.Bounds(), color.RGBA{255, 255, 255, 255})
-	colours := []color.RGBA{{200, 30, 30, 255}, {230, 140, 0, 255}, {30, 150, 60, 255}}
+// fmtSpan prints a time on the storm's axis in one unit a reader can
+// compare down a column: milliseconds under a second, seconds with at most
+// three decimals above (90.5s, not 1m30.5s).
+func fmtSpan(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d < time.Millisecond:
+		return d.String()
+	case d < time.Second:
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64) + "ms"
+	}
+	return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', -1, 64) + "s"
+}
+
+// strategyColors are the strategies' colours, in the order of strategies.
+var strategyColors = []color.RGBA{{0xc6, 0x28, 0x28, 0xff}, {0xef, 0x8f, 0x00, 0xff}, {0x2e, 0x7d, 0x32, 0xff}}
+
+// writeBackoffPNG draws one panel per strategy on common axes: time since
+// the failure on x, retries per bucket on y (one vertical line per pixel
+// column up to its busiest bucket), a title naming the simulation, each
+// panel's strategy and peak, and a legend.
+func writeBackoffPNG(path string, s backoffSim, res []stormResult) error {
+	const (
+		width, panelH, left, right, top, gap = 900, 170, 80, 20, 60, 62
+	)
+	h := top + len(res)*(panelH+gap) + 10
+	img := chart.New(width, h)
+	chart.Text(img, left, 20, fmt.Sprintf("Retry storm: %d clients fail at t=0 and retry %d times (base %s, cap %s, seed %d)",
+		s.Clients, s.Attempts, fmtSpan(s.Base), fmtSpan(s.Cap), s.Seed), chart.Black)
+	var legend []chart.LegendItem
+	for k, r := range res {
+		legend = append(legend, chart.LegendItem{Color: strategyColors[k%len(strategyColors)], Label: r.Jitter.String() + " jitter"})
+	}
+	chart.Legend(img, left, 40, legend)
+
 	span, maxPeak := 1, 1
 	for _, r := range res {
 		span, maxPeak = max(span, len(r.Counts)), max(maxPeak, r.Peak)
 	}
-	plotW := w - 2*pad
+	xMax, xTicks := chart.Nice(float64(time.Duration(span)*s.Bucket), 6)
+	yMax, yTicks := chart.Nice(float64(maxPeak), 4)
 	for k, r := range res {
-		top := pad + k*(panelH+pad)
-		frame := image.Rect(pad-1, top-1, pad+plotW+1, top+panelH+1)
-		fill(img, frame, color.RGBA{120, 120, 120, 255})
-		fill(img, frame.Inset(1), color.RGBA{250, 250, 250, 255})
+		y0 := top + k*(panelH+gap) + 20
+		a := chart.Axes{
+			Plot: image.Rect(left, y0, width-right, y0+panelH), XMax: xMax, YMax: yMax, XTicks: xTicks, YTicks: yTicks,
+			XLabel: func(v float64) string { return fmtSpan(time.Duration(v).Round(time.Millisecond)) },
+			YLabel: func(v float64) string { return strconv.Itoa(int(v + 0.5)) },
+			XTitle: "time since the failure",
+			YTitle: fmt.Sprintf("%s jitter: retries per %s bucket (peak %d at t=%s, %.0f/s)",
+				r.Jitter, fmtSpan(s.Bucket), r.Peak, fmtSpan(r.PeakAt), r.PeakRate()),
+		}
+		a.Draw(img)
+		plotW := a.Plot.Dx()
+		c := strategyColors[k%len(strategyColors)]
+		buckets := int(xMax / float64(s.Bucket)) // the axis may end after the storm
 		for x := range plotW {
-			lo, hi := x*span/plotW, (x+1)*span/plotW
+			lo, hi := x*buckets/plotW, (x+1)*buckets/plotW
 			busiest := 0
-			for i := lo; i < hi && i < len(r.Counts); i++ {
+			for i := lo; i < max(hi, lo+1) && i < len(r.Counts); i++ {
 				busiest = max(busiest, r.Counts[i])
 			}
 			if busiest == 0 {
 				continue
 			}
-			bar := max(1, busiest*(panelH-2)/maxPeak)
-			fill(img, image.Rect(pad+x, top+panelH-1-bar, pad+x+1, top+panelH-1), colours[k%len(colours)])
+			p := a.Point(0, float64(busiest))
+			chart.Fill(img, image.Rect(a.Plot.Min.X+x, min(p.Y, a.Plot.Max.Y-1), a.Plot.Min.X+x+1, a.Plot.Max.Y), c)
 		}
 	}
 	f, err := os.Create(path)
@@ -255,13 +295,4 @@ func writeBackoffPNG(path string, res []stormResult) error {
 		return err
 	}
 	return f.Close()
-}
-
-func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
-	r = r.Intersect(img.Bounds())
-	for y := r.Min.Y; y < r.Max.Y; y++ {
-		for x := r.Min.X; x < r.Max.X; x++ {
-			img.SetRGBA(x, y, c)
-		}
-	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"image/color"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -65,8 +66,46 @@ func TestBackoffCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := img.Bounds(); b.Dx() != 800 || b.Dy() < 300 {
+	if b := img.Bounds(); b.Dx() != 900 || b.Dy() < 600 {
 		t.Fatalf("chart is %v", b)
+	}
+	// A title and a legend in the strategies' colours, and ink left of and
+	// below every panel (tick labels).
+	colours := map[color.RGBA]bool{}
+	dark := 0
+	for y := 0; y < 45; y++ {
+		for x := 0; x < 900; x++ {
+			c := color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)
+			colours[c] = true
+			if c.R < 80 && c.G < 80 && c.B < 80 {
+				dark++
+			}
+		}
+	}
+	for _, c := range strategyColors {
+		if !colours[c] {
+			t.Errorf("the legend lacks the colour %v", c)
+		}
+	}
+	if dark < 500 {
+		t.Errorf("no title or legend text (%d dark pixels)", dark)
+	}
+
+	// Each row's bar and PEAK are the same number: the busiest bucket.
+	row := regexp.MustCompile(`(?m)^ *\S+ (#*) +(\d+) +(\d+)$`)
+	rows := row.FindAllStringSubmatch(text, -1)
+	if len(rows) < 3*10 {
+		t.Fatalf("%d histogram rows:\n%s", len(rows), text)
+	}
+	for _, r := range rows {
+		peak, _ := strconv.Atoi(r[2])
+		inRow, _ := strconv.Atoi(r[3])
+		if (peak == 0) != (r[1] == "") || peak > inRow {
+			t.Errorf("row %q: bar %q, peak %d, in row %d", r[0], r[1], peak, inRow)
+		}
+	}
+	if strings.Contains(text, "m0") || strings.Contains(text, "1m") {
+		t.Errorf("times printed with minutes:\n%s", text)
 	}
 
 	// The same seed prints the same report.
@@ -76,6 +115,23 @@ func TestBackoffCommand(t *testing.T) {
 	run(context.Background(), []string{"backoff", "--seed", "7"}, &first, &errOut)
 	if again.String() != first.String() {
 		t.Fatal("same seed, different output")
+	}
+}
+
+func TestFmtSpan(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0:                        "0s",
+		500 * time.Microsecond:   "500µs",
+		10 * time.Millisecond:    "10ms",
+		1500 * time.Microsecond:  "1.5ms",
+		time.Second:              "1s",
+		60490 * time.Millisecond: "60.49s",
+		90*time.Second + 1:       "90s",
+	} {
+		if got := fmtSpan(d); got != want {
+			t.Errorf("fmtSpan(%v) = %q, want %q", d, got, want)
+		}
 	}
 }
 
