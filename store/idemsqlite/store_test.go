@@ -46,6 +46,22 @@ func TestConformance(t *testing.T) {
 	}, &storetest.Options{MaxResultBytes: testMaxResult, ClockPrecision: time.Microsecond})
 }
 
+func TestListConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunList(t, func(t *testing.T) idem.Store { return newTestStore(t, nil) }, nil)
+}
+
+func TestListClosed(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.List(context.Background(), idem.ListRequest{}); !errors.Is(err, idem.ErrClosed) {
+		t.Fatalf("List on a closed store: want ErrClosed, got %v", err)
+	}
+}
+
 // processEnv adapts the transactional path to the suite: the effect is a
 // row in an effects table of the same database, written in the handler's
 // transaction.
