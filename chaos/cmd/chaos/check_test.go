@@ -142,10 +142,22 @@ func TestSettled(t *testing.T) {
 }
 
 func TestSelectScenarios(t *testing.T) {
-	if sel, unknown := selectScenarios(""); len(sel) != len(scenarios) || unknown != nil {
+	if sel, unknown := selectScenarios("", false); len(sel) != len(scenarios) || unknown != nil {
 		t.Fatal("empty list")
 	}
-	sel, unknown := selectScenarios("amqp-postgres, nope")
+	sel, _ := selectScenarios("all", true)
+	for _, s := range sel {
+		if s.heavy {
+			t.Errorf("quick selects %s", s.name)
+		}
+	}
+	if len(sel) == len(scenarios) {
+		t.Error("quick selects every scenario")
+	}
+	if sel, _ := selectScenarios("kafka-dynamic-postgres", true); len(sel) != 1 {
+		t.Error("a heavy scenario named in quick mode is not run")
+	}
+	sel, unknown := selectScenarios("amqp-postgres, nope", false)
 	if len(sel) != 1 || sel[0].name != "amqp-postgres" || !slices.Equal(unknown, []string{" nope"}) {
 		t.Fatalf("%v %v", sel, unknown)
 	}

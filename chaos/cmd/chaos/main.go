@@ -70,6 +70,7 @@ func runCommand(args []string) (failed bool, err error) {
 		killEvery: [2]time.Duration{2 * time.Second, 5 * time.Second}, zombieEvery: 10 * time.Second,
 		faultEvery: [2]time.Duration{2 * time.Second, 5 * time.Second},
 		lease:      3 * time.Second, ackWait: 3 * time.Second,
+		restartEvery: [2]time.Duration{15 * time.Second, 30 * time.Second}, restartPause: 2 * time.Second,
 		faults: !*noFaults, timeout: 30 * time.Minute, shutdownBound: 15 * time.Second,
 		keep: *keep, logDir: *logDir, seed: *seed,
 	}
@@ -79,6 +80,7 @@ func runCommand(args []string) (failed bool, err error) {
 		cfg.zombieEvery = 3 * time.Second
 		cfg.faultEvery = [2]time.Duration{time.Second, 2 * time.Second}
 		cfg.lease, cfg.ackWait = 2*time.Second, 2*time.Second
+		cfg.restartEvery, cfg.restartPause = [2]time.Duration{3 * time.Second, 5 * time.Second}, time.Second
 		cfg.timeout = 60 * time.Second
 	}
 	if *messages > 0 {
@@ -96,7 +98,7 @@ func runCommand(args []string) (failed bool, err error) {
 	if cfg.seed == 0 {
 		cfg.seed = uint64(time.Now().UnixNano())
 	}
-	sel, unknown := selectScenarios(*list)
+	sel, unknown := selectScenarios(*list, *quick)
 	if len(unknown) > 0 {
 		return false, fmt.Errorf("unknown scenarios %s (chaos list)", strings.Join(unknown, ", "))
 	}

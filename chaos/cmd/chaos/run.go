@@ -31,13 +31,17 @@ type runConfig struct {
 	// and between two network faults; zombieEvery between two SIGSTOPs.
 	killEvery, faultEvery [2]time.Duration
 	zombieEvery           time.Duration
-	lease, ackWait        time.Duration
-	faults                bool
-	timeout               time.Duration
-	shutdownBound         time.Duration
-	keep                  bool
-	logDir                string
-	seed                  uint64
+	// restartEvery is the range between two crashes of a private server,
+	// restartPause how long it stays down.
+	restartEvery   [2]time.Duration
+	restartPause   time.Duration
+	lease, ackWait time.Duration
+	faults         bool
+	timeout        time.Duration
+	shutdownBound  time.Duration
+	keep           bool
+	logDir         string
+	seed           uint64
 }
 
 // publish is one publish: a message id, its kind, and whether it is a
@@ -85,7 +89,7 @@ type result struct {
 	published, dups, brokerDeduped  int
 	messages, poison                int
 	kills, stops, exits             int
-	cuts, stalls, delays            int
+	cuts, stalls, delays, restarts  int
 	effects, lost, duplicated       int
 	calls                           int
 	dead                            map[idem.DeadReason]int
@@ -153,12 +157,17 @@ func runScenario(ctx context.Context, exe string, sc *scenario, cfg *runConfig, 
 	rctx, stopRun := context.WithTimeout(ctx, cfg.timeout)
 	defer stopRun()
 	pubErr := make(chan error, 1)
-	go func() { pubErr <- sc.publish(e, rctx, msgs) }()
+	pubDone := make(chan struct{})
+	go func() {
+		err := sc.publish(e, rctx, msgs)
+		close(pubDone)
+		pubErr <- err
+	}()
 	chaosDone := make(chan struct{})
 	chaosStopped := make(chan struct{})
 	go func() {
 		defer close(chaosStopped)
-		chaos(rctx, chaosDone, fl, e, sc, cfg, rng, res)
+		chaos(rctx, chaosDone, pubDone, fl, e, sc, cfg, rng, res)
 	}()
 
 	// Wait until every message has an effect or a dead letter.
@@ -233,7 +242,7 @@ func settled(ctx context.Context, e *env, sc *scenario, n int) (bool, error) {
 
 // chaos injects the faults until done: a SIGKILL every killEvery, a
 // SIGSTOP every zombieEvery, a network fault every faultEvery.
-func chaos(ctx context.Context, done <-chan struct{}, fl *fleet, e *env, sc *scenario, cfg *runConfig, rng *rand.Rand, res *result) {
+func chaos(ctx context.Context, done, published <-chan struct{}, fl *fleet, e *env, sc *scenario, cfg *runConfig, rng *rand.Rand, res *result) {
 	between := func(r [2]time.Duration) time.Duration {
 		return r[0] + time.Duration(rng.Int64N(int64(r[1]-r[0])+1))
 	}
@@ -244,15 +253,20 @@ func chaos(ctx context.Context, done <-chan struct{}, fl *fleet, e *env, sc *sce
 		faultEvery = [2]time.Duration{stretch(faultEvery[0]), stretch(faultEvery[1])}
 		zombieEvery = stretch(zombieEvery)
 	}
-	nextKill := time.After(between(killEvery))
-	nextStop := time.After(zombieEvery)
-	var nextFault <-chan time.Time
+	var nextKill, nextStop, nextFault, nextRestart <-chan time.Time
+	if !sc.calm {
+		nextKill = time.After(between(killEvery))
+		nextStop = time.After(zombieEvery)
+	}
+	if e.private != nil {
+		nextRestart = time.After(between(cfg.restartEvery))
+	}
 	relays := make([]string, 0, len(e.relays))
 	for name := range e.relays {
 		relays = append(relays, name)
 	}
 	slices.Sort(relays)
-	if len(relays) > 0 {
+	if len(relays) > 0 && !sc.calm {
 		nextFault = time.After(between(faultEvery))
 	}
 	// A zombie sleeps past the lease (or AckWait): the longest of them,
@@ -273,6 +287,20 @@ func chaos(ctx context.Context, done <-chan struct{}, fl *fleet, e *env, sc *sce
 		case <-nextStop:
 			fl.stop(zombie)
 			nextStop = time.After(zombieEvery)
+		case <-nextRestart:
+			if sc.restart != "redis" { // a broker: once everything is published
+				select {
+				case <-published:
+				default:
+					nextRestart = time.After(time.Second)
+					continue
+				}
+			}
+			if err := e.private.crash(ctx, cfg.restartPause); err != nil {
+				fmt.Fprintf(os.Stderr, "chaos: %s: restart %s: %v\n", sc.name, sc.restart, err)
+			}
+			res.restarts++
+			nextRestart = time.After(between(cfg.restartEvery))
 		case <-nextFault:
 			r := e.relays[relays[rng.IntN(len(relays))]]
 			switch rng.IntN(3) {
@@ -385,8 +413,8 @@ func (r *result) report(w io.Writer) {
 	}
 	fmt.Fprintf(w, "    published %d (%d messages, %d duplicate publishes, %d dropped by the broker/inbox, %d poison)\n",
 		r.published, r.messages, r.dups, r.brokerDeduped, r.poison)
-	fmt.Fprintf(w, "    faults: %d kills, %d stops, %d cuts, %d stalls, %d delays, %d worker exits\n",
-		r.kills, r.stops, r.cuts, r.stalls, r.delays, r.exits)
+	fmt.Fprintf(w, "    faults: %d kills, %d stops, %d cuts, %d stalls, %d delays, %d server restarts, %d worker exits\n",
+		r.kills, r.stops, r.cuts, r.stalls, r.delays, r.restarts, r.exits)
 	fmt.Fprintf(w, "    effects %d, lost %d, duplicated %d", r.effects, r.lost, r.duplicated)
 	if r.calls > 0 {
 		fmt.Fprintf(w, ", downstream calls %d", r.calls)

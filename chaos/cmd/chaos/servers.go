@@ -59,7 +59,25 @@ type env struct {
 	// (JetStream's duplicate window).
 	brokerDeduped int
 
+	// private is the scenario's private server, if any (scenario.restart).
+	private *private
+
 	closers []func()
+}
+
+// serverURL returns the URL of the named server: a private one's when the
+// scenario restarts it, else the shared server's from envVar.
+func (e *env) serverURL(ctx context.Context, name, envVar, scheme, path string) (string, error) {
+	if e.sc.restart != name {
+		return need(name, envVar)
+	}
+	p, err := startPrivate(ctx, name, e.dir)
+	if err != nil {
+		return "", err
+	}
+	e.private = p
+	e.onClose(p.stop)
+	return scheme + "://" + p.addr() + path, nil
 }
 
 // deadLetter is one dead-letter record as a DLQ consumer sees it.
@@ -92,7 +110,7 @@ func (e *env) close() {
 // relayed returns rawURL with its host:port replaced by a new relay's when
 // the scenario injects network faults, and rawURL itself otherwise.
 func (e *env) relayed(name, rawURL string) (string, error) {
-	if !e.cfg.faults {
+	if !e.cfg.faults || e.sc.calm {
 		return rawURL, nil
 	}
 	u, err := url.Parse(rawURL)
@@ -306,11 +324,11 @@ func (e *env) publishAMQP(ctx context.Context, msgs []publish) error {
 // setupNATS creates the run's stream, its dead-letter stream and the
 // durable consumer the workers share, and reads the dead letters.
 func (e *env) setupNATS(ctx context.Context) error {
-	raw, err := need("NATS", "IDEM_NATS_URL")
+	raw, err := e.serverURL(ctx, "nats", "IDEM_NATS_URL", "nats", "")
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(raw)
+	nc, err := nats.Connect(raw, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("NATS: %w", err)
 	}
@@ -542,7 +560,7 @@ func (e *env) inboxDead(ctx context.Context) error {
 // setupRedis connects to Redis (the workers through a relay when faults are
 // on) and removes the run's keys at the end.
 func (e *env) setupRedis(ctx context.Context) error {
-	raw, err := need("Redis", "IDEM_REDIS_URL")
+	raw, err := e.serverURL(ctx, "redis", "IDEM_REDIS_URL", "redis", "/0")
 	if err != nil {
 		return err
 	}

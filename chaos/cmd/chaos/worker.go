@@ -166,22 +166,34 @@ func workAMQPSQLite(ctx context.Context, s spec) error {
 	}))
 }
 
-func workKafkaPostgres(ctx context.Context, s spec) error {
+// workKafkaPostgres consumes the run's topic in a group; static gives each
+// worker a group instance id.
+func workKafkaPostgres(static bool) func(ctx context.Context, s spec) error {
+	return func(ctx context.Context, s spec) error { return workKafka(ctx, s, static) }
+}
+
+func workKafka(ctx context.Context, s spec, static bool) error {
 	st, done, err := pgStore(ctx, s)
 	if err != nil {
 		return err
 	}
 	defer done()
 	effect := pgEffect(s)
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(s.Kafka),
+		kgo.SessionTimeout(3 * time.Second),
+		kgo.HeartbeatInterval(500 * time.Millisecond),
+		kgo.RebalanceTimeout(4 * time.Second),
+	}
+	if static {
+		// Static membership: a worker started again after a kill takes
+		// its place back without a rebalance.
+		opts = append(opts, kgo.InstanceID(fmt.Sprintf("worker-%d", s.Worker)))
+	}
 	c, err := idemkafka.NewConsumer(&idemkafka.Config{
-		Config: engineConfig(s),
-		Topics: []string{s.topic()},
-		ClientOpts: []kgo.Opt{
-			kgo.SeedBrokers(s.Kafka),
-			kgo.SessionTimeout(3 * time.Second),
-			kgo.HeartbeatInterval(500 * time.Millisecond),
-			kgo.RebalanceTimeout(4 * time.Second),
-		},
+		Config:          engineConfig(s),
+		Topics:          []string{s.topic()},
+		ClientOpts:      opts,
 		DeadLetterTopic: s.deadTopic(),
 		TopicRetention:  time.Hour,
 		BatchProcess: consume.TransactionalBatch(st, func(ctx context.Context, tx pgx.Tx, fresh []consume.Delivery) error {
