@@ -165,9 +165,15 @@ func runScenario(ctx context.Context, exe string, sc *scenario, cfg *runConfig, 
 	}()
 	chaosDone := make(chan struct{})
 	chaosStopped := make(chan struct{})
+	// restarted is closed after the private server's first crash: a run
+	// that restarts a server is not over before it did.
+	restarted := make(chan struct{})
+	if e.private == nil {
+		close(restarted)
+	}
 	go func() {
 		defer close(chaosStopped)
-		chaos(rctx, chaosDone, pubDone, fl, e, sc, cfg, rng, res)
+		chaos(rctx, chaosDone, pubDone, restarted, fl, e, sc, cfg, rng, res)
 	}()
 
 	// Wait until every message has an effect or a dead letter.
@@ -188,6 +194,11 @@ wait:
 		case <-tick.C:
 		}
 		if !published {
+			continue
+		}
+		select {
+		case <-restarted:
+		default:
 			continue
 		}
 		done, err := settled(rctx, e, sc, cfg.messages)
@@ -242,7 +253,7 @@ func settled(ctx context.Context, e *env, sc *scenario, n int) (bool, error) {
 
 // chaos injects the faults until done: a SIGKILL every killEvery, a
 // SIGSTOP every zombieEvery, a network fault every faultEvery.
-func chaos(ctx context.Context, done, published <-chan struct{}, fl *fleet, e *env, sc *scenario, cfg *runConfig, rng *rand.Rand, res *result) {
+func chaos(ctx context.Context, done, published <-chan struct{}, restarted chan<- struct{}, fl *fleet, e *env, sc *scenario, cfg *runConfig, rng *rand.Rand, res *result) {
 	between := func(r [2]time.Duration) time.Duration {
 		return r[0] + time.Duration(rng.Int64N(int64(r[1]-r[0])+1))
 	}
@@ -260,6 +271,12 @@ func chaos(ctx context.Context, done, published <-chan struct{}, fl *fleet, e *e
 	}
 	if e.private != nil {
 		nextRestart = time.After(between(cfg.restartEvery))
+		if sc.restart == "nats" {
+			// A broker: at once when everything is published (the
+			// publisher does not outlive a broker crash), while the
+			// consumers still have work.
+			nextRestart = time.After(0)
+		}
 	}
 	relays := make([]string, 0, len(e.relays))
 	for name := range e.relays {
@@ -288,18 +305,20 @@ func chaos(ctx context.Context, done, published <-chan struct{}, fl *fleet, e *e
 			fl.stop(zombie)
 			nextStop = time.After(zombieEvery)
 		case <-nextRestart:
-			if sc.restart != "redis" { // a broker: once everything is published
+			if sc.restart == "nats" { // a broker: once everything is published
 				select {
 				case <-published:
 				default:
-					nextRestart = time.After(time.Second)
+					nextRestart = time.After(50 * time.Millisecond)
 					continue
 				}
 			}
 			if err := e.private.crash(ctx, cfg.restartPause); err != nil {
 				fmt.Fprintf(os.Stderr, "chaos: %s: restart %s: %v\n", sc.name, sc.restart, err)
 			}
-			res.restarts++
+			if res.restarts++; res.restarts == 1 {
+				close(restarted)
+			}
 			nextRestart = time.After(between(cfg.restartEvery))
 		case <-nextFault:
 			r := e.relays[relays[rng.IntN(len(relays))]]
