@@ -117,10 +117,15 @@
 // MySQL commits DDL implicitly, so a migration is not one transaction; see
 // [Migrator].
 //
-// # Not yet
+// # Lease holders go first
 //
-// idempgx keeps part of its pool for lease holders (Config.HolderConns) so
-// that a burst of claims cannot delay a heartbeat past its lease; this store
-// has no such reserve yet. Size the *sql.DB's SetMaxOpenConns above the
-// number of concurrent claims you expect.
+// A Guard's heartbeat (Extend) must reach the server within its lease.
+// database/sql hands connections out in its own order, so a burst of
+// claims, or claims waiting on a row lock, could hold every connection
+// while a heartbeat waits. As in idempgx, Claim, Get, Delete and Purge use
+// at most SetMaxOpenConns - Config.HolderConns connections at once and
+// queue for them in Go; Extend, Complete and Release go straight to the
+// pool, where HolderConns connections are always left for them
+// ([Store.ConnStats] shows the waits). The limit is read when [New] runs:
+// set SetMaxOpenConns first. A pool without a limit needs no reserve.
 package idemmysql

@@ -26,6 +26,16 @@ type Config struct {
 	// called with limit 0, and how many rows one statement of the inbox's
 	// purge, redrive and discard touches. Default 1000.
 	PurgeBatch int
+	// HolderConns is how many of the *sql.DB's connections (its
+	// SetMaxOpenConns, read when New runs) Claim, Get, Delete and Purge
+	// leave free at all times for lease holders: Extend (the Guard's
+	// heartbeat), Complete and Release, so that a burst of claims, or claims
+	// waiting on a row lock, can never make a heartbeat wait for a
+	// connection past the end of its lease. Default a quarter of
+	// MaxOpenConns, at least 1; it must be below MaxOpenConns. A pool of one
+	// connection keeps none (the store logs a warning); a pool without a
+	// limit needs none.
+	HolderConns int
 }
 
 // MaxBatch is the largest batch ProcessBatch accepts: one statement carries
@@ -48,6 +58,10 @@ const maxRaceRetries = 64
 type Store struct {
 	db  *sql.DB
 	cfg Config
+	// gate keeps HolderConns of the pool's maxConns connections from
+	// every call but a lease holder's; nil for a pool without a limit.
+	gate     *connGate
+	maxConns int
 }
 
 var (
@@ -82,6 +96,19 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	}
 	if s.cfg.Logger == nil {
 		s.cfg.Logger = slog.Default()
+	}
+	s.maxConns = db.Stats().MaxOpenConnections
+	holders, err := holderConns(s.cfg.HolderConns, s.maxConns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: idemmysql: %v", idem.ErrInvalidConfig, err)
+	}
+	if holders == 0 && s.maxConns == 1 {
+		s.cfg.Logger.Warn("idemmysql: the pool has a single connection, so none can be kept for lease holders: " +
+			"a heartbeat may wait behind a claim that waits on a row lock; give the pool SetMaxOpenConns of 2 or more")
+	}
+	s.cfg.HolderConns = holders
+	if s.maxConns > 0 {
+		s.gate = &connGate{slots: make(chan struct{}, s.maxConns-holders)}
 	}
 	return s, nil
 }
@@ -237,6 +264,16 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	if err := idem.ValidateClaim(req); err != nil {
 		return idem.Claim{}, err
 	}
+	var out idem.Claim
+	err := s.gated(ctx, "claim", func() (err error) {
+		out, err = s.claim(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// claim is Claim once the call holds a slot of the gate.
+func (s *Store) claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	for range maxRaceRetries {
 		var live, expired bool
 		rec, err := scanRecord(s.db.QueryRowContext(ctx, "SELECT "+recordColumns+", "+liveColumns+
@@ -440,14 +477,19 @@ func (s *Store) Get(ctx context.Context, scope, key string) (idem.Record, error)
 	if err := idem.Validate(scope, key); err != nil {
 		return idem.Record{}, err
 	}
-	rec, err := scanRecord(s.db.QueryRowContext(ctx, "SELECT "+recordColumns+" FROM idem_records AS r WHERE r.scope = ? AND r.`key` = ?", scope, key))
-	if errors.Is(err, sql.ErrNoRows) {
-		return idem.Record{}, fmt.Errorf("idemmysql: get %q: %w", key, idem.ErrNotFound)
-	}
-	if err != nil {
-		return idem.Record{}, s.wrap("get", err)
-	}
-	return rec, nil
+	var rec idem.Record
+	err := s.gated(ctx, "get", func() error {
+		r, err := scanRecord(s.db.QueryRowContext(ctx, "SELECT "+recordColumns+" FROM idem_records AS r WHERE r.scope = ? AND r.`key` = ?", scope, key))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("idemmysql: get %q: %w", key, idem.ErrNotFound)
+		}
+		if err != nil {
+			return s.wrap("get", err)
+		}
+		rec = r
+		return nil
+	})
+	return rec, err
 }
 
 // Delete implements [idem.Store].
@@ -455,8 +497,10 @@ func (s *Store) Delete(ctx context.Context, scope, key string) error {
 	if err := idem.Validate(scope, key); err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND `key` = ?", scope, key)
-	return s.changedOne(res, err, "delete", key, idem.ErrNotFound)
+	return s.gated(ctx, "delete", func() error {
+		res, err := s.db.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND `key` = ?", scope, key)
+		return s.changedOne(res, err, "delete", key, idem.ErrNotFound)
+	})
 }
 
 // Purge implements [idem.Store]: each batch is one short transaction that
@@ -471,6 +515,17 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	if limit == 0 {
 		limit = s.cfg.PurgeBatch
 	}
+	var total int64
+	err := s.gated(ctx, "purge", func() (err error) {
+		total, err = s.purge(ctx, limit)
+		return err
+	})
+	return total, err
+}
+
+// purge is Purge once the call holds a slot of the gate: it uses one
+// connection at a time.
+func (s *Store) purge(ctx context.Context, limit int) (int64, error) {
 	total, err := s.batches(ctx, "purge", limit, func(tx *sql.Tx) (int64, error) {
 		rows, err := tx.QueryContext(ctx, "SELECT scope, `key` FROM idem_records WHERE expires_at <= "+nowSQL+
 			" ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED", limit)
