@@ -61,6 +61,9 @@ func TestHoldersGoFirst(t *testing.T) {
 		})
 	}
 	for s.ConnStats().GatedWaiting < 3 { // three claims hold the gated connections, three wait
+		if ctx.Err() != nil {
+			t.Fatalf("the claims never filled the gate: %+v", s.ConnStats())
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
