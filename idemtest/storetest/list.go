@@ -199,8 +199,11 @@ func testListFilters(t *testing.T, s idem.Store, o ListOptions) {
 		{"completed", idem.ListFilter{State: idem.StateCompleted}, 5},
 		{"created after", idem.ListFilter{CreatedAfter: now.Add(-clockSkew)}, len(listSeed)},
 		{"created before", idem.ListFilter{CreatedBefore: now.Add(-clockSkew)}, 0},
-		{"expires before", idem.ListFilter{ExpiresBefore: now.Add(longRetention / 2)}, 3},
-		{"expires after", idem.ListFilter{ExpiresAfter: now.Add(longRetention / 2), ScopePrefix: "pay"}, 1},
+		// Completed records expire after their retention; how long an
+		// abandoned lease is kept is up to the store.
+		{"expires within", idem.ListFilter{ExpiresAfter: now.Add(longRetention - clockSkew), ExpiresBefore: now.Add(longRetention + clockSkew)}, 5},
+		{"expires after", idem.ListFilter{ExpiresAfter: now.Add(longRetention + clockSkew), State: idem.StateCompleted}, 0},
+		{"expires before", idem.ListFilter{ExpiresBefore: now.Add(longRetention - clockSkew), State: idem.StateCompleted}, 0},
 		{"absent key", idem.ListFilter{Key: "nope"}, 0},
 		{"absent scope", idem.ListFilter{Scope: "ordersx"}, 0},
 	} {

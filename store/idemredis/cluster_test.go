@@ -106,6 +106,8 @@ func TestCluster(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c, nil) },
 			&storetest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
+		storetest.RunList(t, func(t *testing.T) idem.Store { return newStore(t, c, nil) },
+			&storetest.ListOptions{Unordered: true})
 	})
 }
 

@@ -114,6 +114,11 @@ func TestConformance(t *testing.T) {
 	}, &storetest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 }
 
+func TestListConformance(t *testing.T) {
+	c := newClient(t)
+	storetest.RunList(t, func(t *testing.T) idem.Store { return newStore(t, c, nil) }, &storetest.ListOptions{Unordered: true})
+}
+
 func TestConformanceSmallResultLimit(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
