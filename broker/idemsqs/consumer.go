@@ -562,7 +562,7 @@ func (d *delivery) retryDelay() time.Duration {
 // release hands a message of a held-back FIFO group back, hidden for delay.
 func (d *delivery) release(ctx context.Context, delay time.Duration) {
 	d.b.settle(d, false)
-	if err := d.visibility(ctx, delay); err != nil {
+	if err := d.visibility(ctx, delay); err != nil && ctx.Err() == nil {
 		d.b.s.c.cfg.Logger.Warn("idem: sqs release of a held-back FIFO message failed", "consumer", d.b.s.c.cfg.Name, "id", d.ID(), "err", err)
 	}
 }

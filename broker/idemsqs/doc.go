@@ -97,6 +97,9 @@
 //   - FIFO order per group with a failing message (TestFIFOOrderPerGroup);
 //   - FIFO deduplication: ten identical publishes, one message, one effect
 //     (TestExercise3IdenticalPublishes);
+//   - a permanent error and a payload mismatch dead-lettered at once, and a
+//     commit whose outcome is unknown handed back and deduped, on standard
+//     and FIFO queues (TestOutcomes);
 //   - reading a native redrive policy, its target as the default dead-letter
 //     queue, and refusing a low maxReceiveCount (TestRedrivePolicy);
 //   - Ping against a dead address and against missing queues.
@@ -108,6 +111,9 @@
 // call; this package never batches sends), it ignores an unknown receipt
 // handle in DeleteMessageBatch instead of failing the entry, its FIFO group
 // lock is looser (locking one group releases the others, so the ordering
-// test keeps every group inside one receive), and it lacks
+// test keeps every group inside one receive) and outlives a
+// ChangeMessageVisibility to 0 (so a listed FIFO dead-letter queue hides
+// its groups until their visibility timeout: TestOutcomes lists the
+// standard one only), and it lacks
 // StartMessageMoveTask, which Redrive does not use: it receives and sends.
 package idemsqs
