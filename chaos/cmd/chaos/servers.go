@@ -292,33 +292,21 @@ func (e *env) publishAMQP(ctx context.Context, msgs []publish) error {
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
-	var pending []*amqp.DeferredConfirmation
-	flush := func() error {
-		for _, dc := range pending {
-			ok, err := dc.WaitContext(ctx)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return errors.New("RabbitMQ nacked a publish")
-			}
-		}
-		pending = pending[:0]
-		return nil
-	}
-	return e.paced(ctx, msgs, func(m publish) error {
+	return e.paced(ctx, msgs, func(m publish) (func() error, error) {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", e.base.queue(), false, false, amqp.Publishing{
 			MessageId: m.id, DeliveryMode: amqp.Persistent, Body: body(m.id, m.kind),
 		})
 		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			ok, err := dc.WaitContext(ctx)
+			if err == nil && !ok {
+				err = errors.New("RabbitMQ nacked a publish")
+			}
 			return err
-		}
-		pending = append(pending, dc)
-		if len(pending) >= 256 {
-			return flush()
-		}
-		return nil
-	}, flush)
+		}, nil
+	})
 }
 
 // setupNATS creates the run's stream, its dead-letter stream and the
@@ -378,9 +366,12 @@ func (e *env) setupNATS(ctx context.Context) error {
 }
 
 func (e *env) publishNATS(ctx context.Context, msgs []publish) error {
-	var pending []jetstream.PubAckFuture
-	flush := func() error {
-		for _, f := range pending {
+	return e.paced(ctx, msgs, func(m publish) (func() error, error) {
+		f, err := e.js.PublishAsync(e.base.subject(), body(m.id, m.kind), jetstream.WithMsgID(m.id))
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
 			select {
 			case ack := <-f.Ok():
 				if ack.Duplicate {
@@ -388,26 +379,14 @@ func (e *env) publishNATS(ctx context.Context, msgs []publish) error {
 					e.brokerDeduped++
 					e.mu.Unlock()
 				}
+				return nil
 			case err := <-f.Err():
 				return err
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		}
-		pending = pending[:0]
-		return nil
-	}
-	return e.paced(ctx, msgs, func(m publish) error {
-		f, err := e.js.PublishAsync(e.base.subject(), body(m.id, m.kind), jetstream.WithMsgID(m.id))
-		if err != nil {
-			return err
-		}
-		pending = append(pending, f)
-		if len(pending) >= 256 {
-			return flush()
-		}
-		return nil
-	}, flush)
+		}, nil
+	})
 }
 
 // relayListener is kfake's listener, advertising the relay's address so
@@ -483,32 +462,12 @@ func (e *env) setupKafka(ctx context.Context) error {
 }
 
 func (e *env) publishKafka(ctx context.Context, msgs []publish) error {
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	err := e.paced(ctx, msgs, func(m publish) error {
-		wg.Add(1)
-		e.kcl.Produce(ctx, idemkafka.NewRecord(e.base.topic(), body(m.id, m.kind), m.id), func(_ *kgo.Record, err error) {
-			defer wg.Done()
-			if err != nil {
-				mu.Lock()
-				first = cmpOr(first, err)
-				mu.Unlock()
-			}
-		})
-		return nil
-	}, func() error { return nil })
-	wg.Wait()
-	return cmpOr(err, first)
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return e.paced(ctx, msgs, func(m publish) (func() error, error) {
+		done := make(chan error, 1)
+		e.kcl.Produce(ctx, idemkafka.NewRecord(e.base.topic(), body(m.id, m.kind), m.id),
+			func(_ *kgo.Record, err error) { done <- err })
+		return func() error { return <-done }, nil
+	})
 }
 
 // publishInbox receives the messages into the PostgreSQL inbox (a
@@ -519,15 +478,15 @@ func (e *env) publishInbox(ctx context.Context, msgs []publish) error {
 		return err
 	}
 	ib := st.Inbox()
-	return e.paced(ctx, msgs, func(m publish) error {
+	return e.paced(ctx, msgs, func(m publish) (func() error, error) {
 		fresh, err := ib.Receive(ctx, inboxdriver.Message{Source: "chaos", ID: m.id, Type: inboxType, Payload: body(m.id, m.kind)})
 		if err == nil && !fresh {
 			e.mu.Lock()
 			e.brokerDeduped++
 			e.mu.Unlock()
 		}
-		return err
-	}, func() error { return nil })
+		return nil, err
+	})
 }
 
 func (e *env) inboxDead(ctx context.Context) error {
@@ -597,12 +556,33 @@ func (e *env) setupRedis(ctx context.Context) error {
 }
 
 // paced publishes msgs in order at cfg.rate messages a second (0: as fast
-// as the broker takes them), calling flush every so often and at the end.
-func (e *env) paced(ctx context.Context, msgs []publish, send func(publish) error, flush func() error) error {
+// as the broker takes them). send publishes one message and returns how to
+// wait for the broker's answer (nil: nothing to wait for); at most 256
+// answers are awaited at once.
+func (e *env) paced(ctx context.Context, msgs []publish, send func(publish) (wait func() error, err error)) error {
+	var pending []func() error
+	flush := func() error {
+		for _, wait := range pending {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+		pending = pending[:0]
+		return nil
+	}
 	start := time.Now()
 	for i, m := range msgs {
-		if err := send(m); err != nil {
+		wait, err := send(m)
+		if err != nil {
 			return fmt.Errorf("publish %s: %w", m.id, err)
+		}
+		if wait != nil {
+			pending = append(pending, wait)
+		}
+		if len(pending) >= 256 {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
 		if e.cfg.rate > 0 && i%50 == 49 {
 			if err := flush(); err != nil {

@@ -132,23 +132,27 @@ func workNATS(ctx context.Context, s spec, process consume.ProcessFunc) error {
 	return c.Run(ctx)
 }
 
-func workAMQPPostgres(ctx context.Context, s spec) error {
-	st, done, err := pgStore(ctx, s)
-	if err != nil {
-		return err
+// onPostgres runs work with the run's idempgx store.
+func onPostgres(work func(ctx context.Context, s spec, st *idempgx.Store) error) func(ctx context.Context, s spec) error {
+	return func(ctx context.Context, s spec) error {
+		st, done, err := pgStore(ctx, s)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return work(ctx, s, st)
 	}
-	defer done()
-	return workAMQP(ctx, s, consume.Transactional(st, pgEffect(s)))
 }
 
-func workNATSPostgres(ctx context.Context, s spec) error {
-	st, done, err := pgStore(ctx, s)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return workNATS(ctx, s, consume.Transactional(st, pgEffect(s)))
-}
+var (
+	workAMQPPostgres = onPostgres(func(ctx context.Context, s spec, st *idempgx.Store) error {
+		return workAMQP(ctx, s, consume.Transactional(st, pgEffect(s)))
+	})
+	workNATSPostgres = onPostgres(func(ctx context.Context, s spec, st *idempgx.Store) error {
+		return workNATS(ctx, s, consume.Transactional(st, pgEffect(s)))
+	})
+	workInboxPostgres = onPostgres(workInbox)
+)
 
 func workAMQPSQLite(ctx context.Context, s spec) error {
 	st, err := idemsqlite.Open(ctx, "sqlite://"+s.SQLite, nil)
@@ -169,15 +173,10 @@ func workAMQPSQLite(ctx context.Context, s spec) error {
 // workKafkaPostgres consumes the run's topic in a group; static gives each
 // worker a group instance id.
 func workKafkaPostgres(static bool) func(ctx context.Context, s spec) error {
-	return func(ctx context.Context, s spec) error { return workKafka(ctx, s, static) }
+	return onPostgres(func(ctx context.Context, s spec, st *idempgx.Store) error { return workKafka(ctx, s, st, static) })
 }
 
-func workKafka(ctx context.Context, s spec, static bool) error {
-	st, done, err := pgStore(ctx, s)
-	if err != nil {
-		return err
-	}
-	defer done()
+func workKafka(ctx context.Context, s spec, st *idempgx.Store, static bool) error {
 	effect := pgEffect(s)
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(s.Kafka),
@@ -211,12 +210,7 @@ func workKafka(ctx context.Context, s spec, static bool) error {
 	return c.Run(ctx)
 }
 
-func workInboxPostgres(ctx context.Context, s spec) error {
-	st, done, err := pgStore(ctx, s)
-	if err != nil {
-		return err
-	}
-	defer done()
+func workInbox(ctx context.Context, s spec, st *idempgx.Store) error {
 	w, err := inbox.NewWorker(st.Inbox(), &inbox.Config{
 		Workers:      4,
 		BatchSize:    10,
