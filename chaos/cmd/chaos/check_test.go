@@ -125,7 +125,7 @@ func TestCheck(t *testing.T) {
 		if err := check(context.Background(), &env{sc: sc}, sc, kinds, &result{}); !errors.Is(err, boom) {
 			t.Fatalf("check = %v, want boom", err)
 		}
-		if _, err := settled(context.Background(), &env{sc: sc}, sc, 1); !errors.Is(err, boom) {
+		if _, _, err := settled(context.Background(), &env{sc: sc}, sc, 1); !errors.Is(err, boom) {
 			t.Fatalf("settled = %v, want boom", err)
 		}
 	})
@@ -135,8 +135,8 @@ func TestSettled(t *testing.T) {
 	sc := &scenario{effects: func(*env, context.Context) (map[string]int, error) { return map[string]int{"a": 1, "b": 2}, nil }}
 	e := &env{sc: sc, dead: []deadLetter{{id: "p"}, {id: "p"}, {id: "a"}}}
 	for n, want := range map[int]bool{3: true, 4: false} {
-		if got, err := settled(context.Background(), e, sc, n); err != nil || got != want {
-			t.Errorf("settled(%d) = %v, %v; want %v", n, got, err, want)
+		if got, seen, err := settled(context.Background(), e, sc, n); err != nil || got != want || seen != 3 {
+			t.Errorf("settled(%d) = %v, %d, %v; want %v, 3", n, got, seen, err, want)
 		}
 	}
 }

@@ -72,7 +72,7 @@ func runCommand(args []string) (failed bool, err error) {
 		lease:      3 * time.Second, ackWait: 3 * time.Second,
 		restartEvery: [2]time.Duration{15 * time.Second, 30 * time.Second}, restartPause: 2 * time.Second,
 		faults: !*noFaults, timeout: 30 * time.Minute, shutdownBound: 15 * time.Second,
-		keep: *keep, logDir: *logDir, seed: *seed,
+		keep: *keep, logDir: *logDir, seed: *seed, progress: 30 * time.Second,
 	}
 	if *quick {
 		cfg.messages, cfg.workers, cfg.rate = 2000, 3, 500
@@ -82,6 +82,7 @@ func runCommand(args []string) (failed bool, err error) {
 		cfg.lease, cfg.ackWait = 2*time.Second, 2*time.Second
 		cfg.restartEvery, cfg.restartPause = [2]time.Duration{3 * time.Second, 5 * time.Second}, time.Second
 		cfg.timeout = 60 * time.Second
+		cfg.progress = 0
 	}
 	if *messages > 0 {
 		cfg.messages = *messages

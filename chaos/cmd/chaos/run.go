@@ -40,8 +40,10 @@ type runConfig struct {
 	timeout        time.Duration
 	shutdownBound  time.Duration
 	keep           bool
-	logDir         string
-	seed           uint64
+	// progress is how often a long run says how far it got (0: never).
+	progress time.Duration
+	logDir   string
+	seed     uint64
 }
 
 // publish is one publish: a message id, its kind, and whether it is a
@@ -180,6 +182,7 @@ func runScenario(ctx context.Context, exe string, sc *scenario, cfg *runConfig, 
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	published := false
+	lastProgress := time.Now()
 wait:
 	for {
 		select {
@@ -201,9 +204,13 @@ wait:
 		default:
 			continue
 		}
-		done, err := settled(rctx, e, sc, cfg.messages)
+		done, n, err := settled(rctx, e, sc, cfg.messages)
 		if err != nil {
 			continue // a fault of ours, or the run's end: try again
+		}
+		if cfg.progress > 0 && time.Since(lastProgress) >= cfg.progress {
+			lastProgress = time.Now()
+			fmt.Fprintf(log, "    ... %s: %d of %d settled after %s\n", sc.name, n, cfg.messages, time.Since(start).Round(time.Second))
 		}
 		if done {
 			res.settled = true
@@ -228,15 +235,16 @@ wait:
 	return res
 }
 
-// settled reports whether every message has an effect or a dead letter.
-func settled(ctx context.Context, e *env, sc *scenario, n int) (bool, error) {
+// settled reports whether every message has an effect or a dead letter,
+// and how many do.
+func settled(ctx context.Context, e *env, sc *scenario, n int) (bool, int, error) {
 	eff, err := sc.effects(e, ctx)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if sc.refreshDead != nil {
 		if err := sc.refreshDead(e, ctx); err != nil {
-			return false, err
+			return false, 0, err
 		}
 	}
 	seen := len(eff)
@@ -248,7 +256,7 @@ func settled(ctx context.Context, e *env, sc *scenario, n int) (bool, error) {
 		}
 	}
 	e.mu.Unlock()
-	return seen >= n, nil
+	return seen >= n, seen, nil
 }
 
 // chaos injects the faults until done: a SIGKILL every killEvery, a
