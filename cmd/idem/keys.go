@@ -19,8 +19,8 @@ import (
 func init() { commands = append(commands, newKeysCmd) }
 
 func newKeysCmd(a *app) *cobra.Command {
-	return groupCmd("keys", "Inspect, delete and purge stored idempotency records",
-		newKeysGetCmd(), newKeysDeleteCmd(), newKeysPurgeCmd())
+	return groupCmd("keys", "List, find, inspect, delete and purge stored idempotency records",
+		newKeysListCmd(), newKeysFindCmd(), newKeysGetCmd(), newKeysDeleteCmd(), newKeysPurgeCmd())
 }
 
 // withStore opens the store cfg names, runs fn and closes the store.
@@ -45,7 +45,8 @@ func keyArg(scope string, args []string) (string, error) {
 }
 
 func notFound(cfg *storeConfig, scope, key string) error {
-	return fmt.Errorf("key %q not found in scope %q of %s", key, scope, redactDSN(cfg.DSN))
+	return fmt.Errorf("key %q not found in scope %q of %s; idem keys find %s searches every scope",
+		key, scope, redactDSN(cfg.DSN), shellQuote(key))
 }
 
 func newKeysGetCmd() *cobra.Command {
@@ -275,19 +276,61 @@ func writeRecordJSON(w io.Writer, rec idem.Record) error {
 
 func newKeysDeleteCmd() *cobra.Command {
 	var (
-		cfg   *storeConfig
-		scope string
+		cfg                 *storeConfig
+		sel                 *keySelector
+		scope               string
+		dryRun, yes, asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "delete KEY",
-		Short: "Delete the record for KEY whatever its state, so the operation can run again",
-		Args:  cobra.ExactArgs(1),
+		Use:   "delete [KEY] [--scope SCOPE | selectors --yes]",
+		Short: "Delete the record of KEY, or every record the selectors match (--yes), whatever their state",
+		Long: `Delete records whatever their state, so that their operations can run again
+(a holder of a lease deleted under it gets ErrLeaseLost).
+
+With KEY: delete the record of KEY in --scope (exit 1 when there is none).
+
+Without KEY: delete every record that matches the selectors (--scope,
+--key, --key-prefix, --scope-prefix, --scope-hash, --state, --older-than,
+--newer-than; at least one, every one given must match). This needs --yes;
+without it, it names the store, says how many records it would delete and
+exits 2. --dry-run lists them (as keys list does) and deletes nothing. Exits
+1 when no record matches.
+
+` + "--json (with --dry-run) prints what keys list --json prints.",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				// A scope from IDEM_SCOPE narrows the selection but does not
+				// select on its own: a whole scope is deleted only when named.
+				sel.scope = ""
+				if !sel.any() && !cmd.Flags().Changed("scope") {
+					return usageErrorf("give KEY, or selectors (--scope, --key, --key-prefix, --scope-prefix, --scope-hash, --state, --older-than, --newer-than) of the records to delete")
+				}
+				if asJSON && !dryRun {
+					return usageErrorf("--json goes with --dry-run")
+				}
+				sel.scope = scope
+				return deleteSelected(cmd, cfg, sel, dryRun, yes, asJSON)
+			}
+			if sel.any() || asJSON {
+				return usageErrorf("KEY deletes one record of --scope; the selectors and --json are for deleting without KEY")
+			}
 			key, err := keyArg(scope, args)
 			if err != nil {
 				return err
 			}
 			return withStore(cmd, cfg, func(s idem.Store) error {
+				if dryRun {
+					_, err := s.Get(cmd.Context(), scope, key)
+					if errors.Is(err, idem.ErrNotFound) {
+						return notFound(cfg, scope, key)
+					}
+					if err != nil {
+						return fmt.Errorf("keys delete: %w", err)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "would delete key %q in scope %q (dry run: nothing deleted)\n", key, scope)
+					return nil
+				}
 				err := s.Delete(cmd.Context(), scope, key)
 				if errors.Is(err, idem.ErrNotFound) {
 					return notFound(cfg, scope, key)
@@ -301,8 +344,12 @@ func newKeysDeleteCmd() *cobra.Command {
 		},
 	}
 	cfg = addStoreFlags(cmd)
-	cmd.Flags().StringVar(&scope, "scope", "", "scope of the key (for consumers, the consumer name)")
+	cmd.Flags().StringVar(&scope, "scope", "", "scope of KEY (for consumers, the consumer name); without KEY, delete this scope's records")
 	envFlag(cmd, "scope", "IDEM_SCOPE")
+	sel = addSelectorFlags(cmd, false)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be deleted and delete nothing")
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm deleting the records the selectors match")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "with --dry-run, print the records as JSON")
 	return cmd
 }
 
