@@ -152,14 +152,13 @@ func (ib *Inbox) Claim(ctx context.Context, req inboxdriver.ClaimRequest) ([]inb
 			return false, ib.s.wrap("inbox claim", err)
 		}
 		// Oldest due first, the order they were selected in.
-		out = make([]inboxdriver.Row, 0, len(ids))
-		for _, id := range ids {
-			for _, r := range byID {
-				if r.ID == id.(int64) {
-					out = append(out, r)
-					break
-				}
-			}
+		pos := make(map[int64]int, len(ids))
+		for i, id := range ids {
+			pos[id.(int64)] = i
+		}
+		out = make([]inboxdriver.Row, len(ids))
+		for _, r := range byID {
+			out[pos[r.ID]] = r
 		}
 		return true, nil
 	})
