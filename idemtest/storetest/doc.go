@@ -35,6 +35,12 @@
 // messages delivered three times each, in random order, to 32 goroutines,
 // end with exactly 1,000 effects.
 //
+// [RunList] checks a store's [idem.Lister]: every filter (key across
+// scopes, key and scope prefixes taken literally, scope hash, state,
+// creation and expiry ranges) against the records Get reads, pages of 1 to
+// idem.MaxListLimit that end, cursors and limits refused when invalid. It is
+// separate from Run, so a store without a listing still passes Run.
+//
 // Every failure message starts with "contract:" and names the rule that
 // was broken.
 //

@@ -134,6 +134,14 @@
 // them, in short statements of at most Config.PurgeBatch rows that skip rows
 // locked by live traffic; run it periodically (idem keys purge, or a ticker).
 //
+// # Listing
+//
+// [Store.List] implements [idem.Lister] for operators (idem keys list and
+// find): it walks the primary key, of the whole table or of one scope, at
+// most storekit.ListExamine rows a call, and filters them in Go, so a
+// filter on the key alone, a prefix or the scope hash reads the table in
+// bounded pages instead of needing an index that every claim would pay for.
+//
 // # Errors
 //
 // Errors wrap the idem sentinels (idem.ErrLeaseLost, idem.ErrNotFound,

@@ -172,6 +172,16 @@
 // ExpiresByTTL, which checks that expired records are gone without
 // counting what Purge removed.)
 //
+// # Listing
+//
+// [Store.List] implements [idem.Lister] for operators (idem keys list and
+// find) with SCAN MATCH on the store's prefix, never KEYS: at most 10 SCANs
+// of COUNT 500 a call, then one pipelined GETRANGE of the header, scope and
+// key of each record found (not its result); on a cluster, each master in
+// turn. Its cost per page is bounded, and so is a page's share of a long
+// listing: a filter that matches few records gives short or empty pages
+// with a next cursor.
+//
 // # Memory and eviction
 //
 // An evicted record is a silent duplicate, so [Store.Ping] reads maxmemory-policy

@@ -48,6 +48,12 @@
 // An in-progress record expires with its lease: Purge may remove an
 // abandoned lease, which for its holder is the same as a takeover.
 //
+// # Listing
+//
+// [Store.List] implements [idem.Lister] for operators (idem keys list and
+// find): it walks the primary key, of the whole table or of one scope, at
+// most storekit.ListExamine rows a call, outside the write queue.
+//
 // # Transactional path
 //
 // [Store.Process] inserts the completed dedupe record with INSERT … ON
