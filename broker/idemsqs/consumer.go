@@ -512,17 +512,19 @@ func (d *delivery) Origin() string {
 }
 
 // State is the retry state this process recorded at the message's last
-// failure (SQS cannot rewrite a message's attributes on a retry). After a
-// restart, or for a message another process failed, it falls back to the
-// message's ApproximateReceiveCount: every earlier receive counts as a
-// failed attempt, so a message can be dead-lettered sooner, never later.
+// failure (SQS cannot rewrite a message's attributes on a retry, so the
+// failure attributes a dead letter carries are not read back: a message
+// moved back by [MoveBack] starts afresh). After a restart, or for a
+// message another process failed, it falls back to the message's
+// ApproximateReceiveCount: every earlier receive counts as a failed
+// attempt, so a message can be dead-lettered sooner, never later.
 func (d *delivery) State() consume.State {
 	if st, ok := d.b.s.c.states.get(aws.ToString(d.m.MessageId)); ok {
 		return st
 	}
-	st := consume.ParseState(func(name string) (string, bool) { return attr(d.m.MessageAttributes, name) })
+	var st consume.State
 	if n, err := strconv.Atoi(d.m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]); err == nil && n > 1 {
-		st.Attempts = max(st.Attempts, n-1)
+		st.Attempts = n - 1
 	}
 	return st
 }

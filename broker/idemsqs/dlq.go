@@ -16,6 +16,11 @@ import (
 // AttrRedrives counts how many times a dead letter was redriven.
 const AttrRedrives = "x-idem-redrives"
 
+// ReasonMaxReceiveCount is the reason [ListDeadLetters] gives a message
+// without idem's failure metadata: one the queue's native redrive policy
+// moved after maxReceiveCount receives.
+const ReasonMaxReceiveCount = "max_receive_count"
+
 // DefaultMaxRedrives caps redrives of one message.
 const DefaultMaxRedrives = 3
 
@@ -85,7 +90,7 @@ func parseDeadMessage(m types.Message) DeadMessage {
 	}
 	if d.Reason == "" {
 		// Moved by the queue's native redrive policy, not by idem.
-		d.Reason = "max_receive_count"
+		d.Reason = ReasonMaxReceiveCount
 	}
 	return d
 }
@@ -232,6 +237,31 @@ func Redrive(ctx context.Context, client *sqs.Client, url string, match func(Dea
 		return true, nil
 	})
 	return res, err
+}
+
+// MoveBack asks SQS to move every message of the dead-letter queue at url
+// back to the queue it came from, with StartMessageMoveTask (SQS's own
+// redrive, for a dead-letter queue of a redrive policy), and returns the
+// task's handle. Unlike [Redrive] it neither filters nor caps and keeps the
+// messages' attributes as they are (the consumer does not read retry state
+// from attributes, see [Consumer]). Servers without message move tasks
+// (goaws) answer with an error: use Redrive there.
+func MoveBack(ctx context.Context, client *sqs.Client, url string) (string, error) {
+	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return "", fmt.Errorf("idemsqs: queue %s: %w", url, err)
+	}
+	arn := attrs.Attributes[string(types.QueueAttributeNameQueueArn)]
+	if arn == "" {
+		return "", fmt.Errorf("idemsqs: queue %s: the server reports no QueueArn", url)
+	}
+	out, err := client.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(arn)})
+	if err != nil {
+		return "", fmt.Errorf("idemsqs: start message move task from %s: %w", arn, err)
+	}
+	return aws.ToString(out.TaskHandle), nil
 }
 
 // Purge deletes every message of the queue at url (PurgeQueue; SQS may

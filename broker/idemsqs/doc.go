@@ -71,7 +71,8 @@
 // [ListDeadLetters] reads a dead-letter queue without consuming it (the
 // messages are hidden while read, then made visible again); [Redrive]
 // sends chosen dead letters back to their origin queue with fresh
-// attempts, up to a redrive cap; [Purge] empties a queue. The command
+// attempts, up to a redrive cap; [MoveBack] lets SQS move them all back
+// itself (StartMessageMoveTask); [Purge] empties a queue. The command
 // line's "idem dlq sqs list|show|redrive|purge" runs them.
 //
 // # What is proven against what
@@ -114,6 +115,8 @@
 // test keeps every group inside one receive) and outlives a
 // ChangeMessageVisibility to 0 (so a listed FIFO dead-letter queue hides
 // its groups until their visibility timeout: TestOutcomes lists the
-// standard one only), and it lacks
-// StartMessageMoveTask, which Redrive does not use: it receives and sends.
+// standard one only), and it lacks StartMessageMoveTask: [MoveBack] is
+// proven against a fake answering the two calls as the SQS API reference
+// describes them (TestMoveBack), and on goaws it fails as it must, where
+// "idem dlq sqs redrive --all --move-task" falls back to Redrive.
 package idemsqs

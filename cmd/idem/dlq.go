@@ -18,6 +18,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemamqp"
+	"github.com/idem-go/idem/broker/idemsqs"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 )
@@ -555,11 +556,12 @@ func redriveChoice(ids []string, all bool, reason string, maxRedrives, limit int
 }
 
 // redriveReasons are the reasons --reason accepts: idem's dead-letter
-// reasons, the old name of mismatch, and RabbitMQ's own x-death reasons.
+// reasons, the old name of mismatch, RabbitMQ's own x-death reasons and
+// idemsqs's name for a message SQS's own redrive policy moved.
 var redriveReasons = []string{
 	string(idem.DeadMaxAttempts), string(idem.DeadPermanent), string(idem.DeadMismatch), "id_conflict",
 	string(idem.DeadMissingID), string(idem.DeadInvalidID), string(idem.DeadNoHandler),
-	"rejected", "expired", "maxlen", "delivery_limit",
+	"rejected", "expired", "maxlen", "delivery_limit", idemsqs.ReasonMaxReceiveCount,
 }
 
 // writeRedriveSummary prints the ids kept at the cap and the count moved.

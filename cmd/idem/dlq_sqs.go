@@ -223,6 +223,7 @@ func newSQSRedriveCmd() *cobra.Command {
 		dryRun      bool
 		maxRedrives int
 		limit       int
+		moveTask    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "redrive (ID... | --all | --reason REASON)",
@@ -234,7 +235,12 @@ invalid_id, or max_receive_count for those SQS's own redrive policy moved).
 
 Each message is deleted from the dead-letter queue only after its copy was
 sent. A message redriven --max-redrives times already stays in the dead
-letters. --dry-run prints what would move and changes nothing.`,
+letters. --dry-run prints what would move and changes nothing.
+
+--all --move-task asks SQS itself to move every message back to its source
+queue (StartMessageMoveTask, for the dead-letter queue of a redrive policy):
+no filter, no cap, the attributes kept. Where the server has no move tasks
+(goaws), it says so and redrives by receive and send instead.`,
 	}
 	cfg := addSQSFlags(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "redrive every dead letter")
@@ -242,9 +248,13 @@ letters. --dry-run prints what would move and changes nothing.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be redriven; change nothing")
 	cmd.Flags().IntVar(&maxRedrives, "max-redrives", idemsqs.DefaultMaxRedrives, "leave messages redriven this many times already")
 	cmd.Flags().IntVar(&limit, "limit", 1000, "look at most at N dead letters")
+	cmd.Flags().BoolVar(&moveTask, "move-task", false, "with --all: let SQS move the messages back (StartMessageMoveTask)")
 	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
 		if err := redriveChoice(ids, all, reason, maxRedrives, limit); err != nil {
 			return err
+		}
+		if moveTask && (!all || dryRun) {
+			return usageErrorf("--move-task moves every message: use it with --all and without --dry-run")
 		}
 		match := func(m idemsqs.DeadMessage) bool {
 			switch {
@@ -275,6 +285,14 @@ letters. --dry-run prints what would move and changes nothing.`,
 					}
 				}
 			} else {
+				if moveTask {
+					handle, err := idemsqs.MoveBack(cmd.Context(), c, cfg.queue)
+					if err == nil {
+						fmt.Fprintf(out, "started SQS message move task %s: every message of %s goes back to its source queue\n", cell(handle, headerValueBytes), cfg.queue)
+						return nil
+					}
+					fmt.Fprintf(out, "no SQS message move task (%s); redriving by receive and send\n", cell(err.Error(), headerValueBytes))
+				}
 				var err error
 				res, err = idemsqs.Redrive(cmd.Context(), c, cfg.queue, match, &idemsqs.RedriveOptions{MaxRedrives: maxRedrives, Limit: limit})
 				for _, id := range res.Redriven {

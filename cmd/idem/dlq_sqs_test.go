@@ -116,6 +116,16 @@ func TestDLQSQS(t *testing.T) {
 		t.Errorf("redriven attributes %v", got)
 	}
 
+	// goaws has no message move tasks: --move-task falls back.
+	e.deadLetter(t, "order-3")
+	r = e.run(t, "redrive", "--all", "--move-task", "--max-redrives", "9")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "no SQS message move task") || !strings.Contains(r.Stdout, "redriven order-3") {
+		t.Errorf("redrive --move-task on goaws: %s", r.Stdout)
+	}
+	wantExit(t, e.run(t, "redrive", "--reason", "max_receive_count", "--move-task"), exitUsage, "--move-task moves every message")
+	e.deadLetter(t, "order-4")
+
 	wantExit(t, e.run(t, "purge"), exitUsage, "add --yes")
 	r = e.run(t, "purge", "--yes")
 	wantExit(t, r, exitOK)
