@@ -513,8 +513,8 @@ func (d *delivery) Origin() string {
 
 // State is the retry state this process recorded at the message's last
 // failure (SQS cannot rewrite a message's attributes on a retry, so the
-// failure attributes a dead letter carries are not read back: a message
-// moved back by [MoveBack] starts afresh). After a restart, or for a
+// failure attributes a dead letter carries are not read back, also not
+// from a message [MoveBack] moved back). After a restart, or for a
 // message another process failed, it falls back to the message's
 // ApproximateReceiveCount: every earlier receive counts as a failed
 // attempt, so a message can be dead-lettered sooner, never later.

@@ -244,7 +244,8 @@ func Redrive(ctx context.Context, client *sqs.Client, url string, match func(Dea
 // redrive, for a dead-letter queue of a redrive policy), and returns the
 // task's handle. Unlike [Redrive] it neither filters nor caps and keeps the
 // messages' attributes as they are (the consumer does not read retry state
-// from attributes, see [Consumer]). Servers without message move tasks
+// from attributes; it counts a moved message's attempts from its receive
+// count, as SQS keeps it). Servers without message move tasks
 // (goaws) answer with an error: use Redrive there.
 func MoveBack(ctx context.Context, client *sqs.Client, url string) (string, error) {
 	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
