@@ -180,7 +180,9 @@
 // key of each record found (not its result); on a cluster, each master in
 // turn. Its cost per page is bounded, and so is a page's share of a long
 // listing: a filter that matches few records gives short or empty pages
-// with a next cursor.
+// with a next cursor. A SCAN call is never repeated (after a write or a
+// resize it may return other keys): the records it found beyond a page's
+// Limit travel in the cursor.
 //
 // # Memory and eviction
 //

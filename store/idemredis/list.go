@@ -2,6 +2,9 @@ package idemredis
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,30 +30,41 @@ const (
 	listCursorPrefix = "r1."
 )
 
-// listPos is where a Redis listing resumes: the SCAN cursor on one node
-// and, within the keys that SCAN call returned (sorted), the last one
-// already listed.
+// listPos is where a Redis listing resumes: the node, its next SCAN
+// cursor, and the records a SCAN call found that did not fit in the page
+// (their digests), which come first. A SCAN call is never repeated: after a
+// write or a resize of the keyspace it may return other keys.
 type listPos struct {
-	node   string
-	cursor uint64
-	after  string
+	node    string
+	cursor  uint64
+	pending [][sha256.Size]byte
 }
 
 func (p listPos) String() string {
-	return listCursorPrefix + strconv.FormatUint(p.cursor, 10) + "." + p.after + "." + p.node
+	raw := make([]byte, 0, len(p.pending)*sha256.Size)
+	for _, d := range p.pending {
+		raw = append(raw, d[:]...)
+	}
+	return listCursorPrefix + strconv.FormatUint(p.cursor, 10) + "." + base64.RawURLEncoding.EncodeToString(raw) + "." + p.node
 }
 
 func parseListPos(c string) (listPos, error) {
+	bad := fmt.Errorf("%w: list cursor %q was not returned by idemredis", idem.ErrInvalidConfig, c)
 	rest, ok := strings.CutPrefix(c, listCursorPrefix)
 	parts := strings.SplitN(rest, ".", 3)
 	if !ok || len(parts) != 3 {
-		return listPos{}, fmt.Errorf("%w: list cursor %q was not returned by idemredis", idem.ErrInvalidConfig, c)
+		return listPos{}, bad
 	}
 	n, err := strconv.ParseUint(parts[0], 10, 64)
-	if err != nil {
-		return listPos{}, fmt.Errorf("%w: list cursor %q was not returned by idemredis", idem.ErrInvalidConfig, c)
+	raw, err2 := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil || err2 != nil || len(raw)%sha256.Size != 0 {
+		return listPos{}, bad
 	}
-	return listPos{cursor: n, after: parts[1], node: parts[2]}, nil
+	p := listPos{cursor: n, node: parts[2]}
+	for ; len(raw) > 0; raw = raw[sha256.Size:] {
+		p.pending = append(p.pending, [sha256.Size]byte(raw[:sha256.Size]))
+	}
+	return p, nil
 }
 
 // List implements [idem.Lister] with SCAN over the keys of the store's
@@ -61,7 +75,8 @@ func parseListPos(c string) (listPos, error) {
 // next cursor. Records come in SCAN order; as SCAN promises, a record that
 // exists during the whole listing is listed, one written or deleted
 // meanwhile may be listed or not, and one may be listed twice. Redis
-// deletes expired records itself, so none is listed.
+// deletes expired records itself, so none is listed. A cursor carries the
+// records one SCAN found beyond the page's Limit, 43 bytes each.
 func (s *Store) List(ctx context.Context, req idem.ListRequest) (idem.ListPage, error) {
 	req, err := idem.ValidateList(req)
 	if err != nil {
@@ -86,62 +101,96 @@ func (s *Store) List(ctx context.Context, req idem.ListRequest) (idem.ListPage, 
 	} else {
 		pos.node = nodes[0]
 	}
-	pattern := globEscape(s.prefix) + "{*"
 	var page idem.ListPage
-	for range listScans {
-		node := s.client
-		if s.client.Mode() == rueidis.ClientModeCluster {
-			node = s.client.Nodes()[pos.node]
-			if node == nil {
-				return idem.ListPage{}, fmt.Errorf("idemredis: list: node %s is gone; start the listing again", pos.node)
+	// add keeps the records of keys that match, up to the page's limit, and
+	// leaves the others in pos.pending.
+	add := func(node rueidis.Client, keys []string) error {
+		recs, err := s.readHeaders(ctx, node, keys)
+		if err != nil {
+			return err
+		}
+		pos.pending = nil
+		for j, rec := range recs {
+			if rec == nil || !req.Filter.Match(*rec) {
+				continue
 			}
+			if len(page.Records) == req.Limit {
+				pos.pending = append(pos.pending, s.digestOf(keys[j]))
+				continue
+			}
+			page.Records = append(page.Records, *rec)
+		}
+		return nil
+	}
+	node, err := s.listNode(pos.node)
+	if err != nil {
+		return idem.ListPage{}, err
+	}
+	if len(pos.pending) > 0 {
+		keys := make([]string, len(pos.pending))
+		for j, d := range pos.pending {
+			keys[j] = s.prefix + "{" + hex.EncodeToString(d[:]) + "}"
+		}
+		if err := add(node, keys); err != nil {
+			return idem.ListPage{}, err
+		}
+		if len(pos.pending) > 0 {
+			page.Next = pos.String()
+			return page, nil
+		}
+		if pos.cursor == 0 { // that SCAN was the node's last
+			if i++; i == len(nodes) {
+				return page, nil
+			}
+			pos.node = nodes[i]
+		}
+	}
+	pattern := globEscape(s.prefix) + "{*"
+	for range listScans {
+		if len(page.Records) == req.Limit {
+			break
+		}
+		if node, err = s.listNode(pos.node); err != nil {
+			return idem.ListPage{}, err
 		}
 		e, err := node.Do(ctx, node.B().Scan().Cursor(pos.cursor).Match(pattern).Count(listCount).Build()).AsScanEntry()
 		if err != nil {
 			return idem.ListPage{}, s.wrap("list", err)
 		}
-		keys := e.Elements
-		slices.Sort(keys)
-		if pos.after != "" {
-			keys = keys[sortedAfter(keys, s.prefix+pos.after):]
-		}
-		recs, err := s.readHeaders(ctx, node, keys)
-		if err != nil {
+		if err := add(node, e.Elements); err != nil {
 			return idem.ListPage{}, err
 		}
-		for j, rec := range recs {
-			if rec == nil || !req.Filter.Match(*rec) {
-				continue
-			}
-			page.Records = append(page.Records, *rec)
-			if len(page.Records) == req.Limit && j < len(keys)-1 {
-				pos.after = strings.TrimPrefix(keys[j], s.prefix)
-				page.Next = pos.String()
-				return page, nil
-			}
+		pos.cursor = e.Cursor
+		if len(pos.pending) > 0 {
+			break
 		}
-		pos.cursor, pos.after = e.Cursor, ""
 		if pos.cursor == 0 {
 			if i++; i == len(nodes) {
 				return page, nil
 			}
 			pos.node = nodes[i]
 		}
-		if len(page.Records) == req.Limit {
-			break
-		}
 	}
 	page.Next = pos.String()
 	return page, nil
 }
 
-// sortedAfter is the index of the first of sorted keys greater than k.
-func sortedAfter(keys []string, k string) int {
-	i, found := slices.BinarySearch(keys, k)
-	if found {
-		i++
+// listNode is the client of the node a listing scans.
+func (s *Store) listNode(addr string) (rueidis.Client, error) {
+	if s.client.Mode() != rueidis.ClientModeCluster {
+		return s.client, nil
 	}
-	return i
+	if node := s.client.Nodes()[addr]; node != nil {
+		return node, nil
+	}
+	return nil, fmt.Errorf("idemredis: list: node %s is gone; start the listing again", addr)
+}
+
+// digestOf is the digest in a record key of this store (see recordKey).
+func (s *Store) digestOf(key string) (d [sha256.Size]byte) {
+	h := strings.TrimSuffix(strings.TrimPrefix(key, s.prefix+"{"), "}")
+	_, _ = hex.Decode(d[:], []byte(h))
+	return d
 }
 
 // listNodes names the nodes to scan: "" for a single server, the masters

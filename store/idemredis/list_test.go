@@ -50,8 +50,10 @@ func TestListCursorOfAnotherNode(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no longer a master") {
 		t.Errorf("a cursor naming a node the client does not know: want an error saying so, got %v", err)
 	}
-	_, err = s.List(context.Background(), idem.ListRequest{Cursor: "r1.x.."})
-	if !errors.Is(err, idem.ErrInvalidConfig) {
-		t.Errorf("a cursor with a bad SCAN cursor: want ErrInvalidConfig, got %v", err)
+	for _, c := range []string{"r1.x..", "r1.0.AAAA.", "r1.0.!!.", "r1.0", "k1.abc"} {
+		_, err = s.List(context.Background(), idem.ListRequest{Cursor: c})
+		if !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("cursor %q: want ErrInvalidConfig, got %v", c, err)
+		}
 	}
 }
