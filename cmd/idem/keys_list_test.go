@@ -140,20 +140,23 @@ func testKeysListing(t *testing.T, storeArgs []string, s idem.Store) {
 	wantExit(t, cli("keys", "delete", "p-1", "--scope", "payments"), exitOK, `deleted key "p-1"`)
 }
 
-func TestKeysListingSQLite(t *testing.T) {
-	t.Parallel()
-	dsn := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
-	wantExit(t, runCLI(t, nil, "migrate", "up", "--store", dsn), exitOK)
+// openMigratedSQLite migrates a new SQLite database with the CLI and
+// returns its DSN and a store over it, closed when the test ends.
+func openMigratedSQLite(t *testing.T) (string, *idemsqlite.Store) {
+	t.Helper()
+	dsn := migratedSQLite(t)
 	s, err := idemsqlite.Open(t.Context(), dsn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	testKeysListing(t, []string{"--store", dsn}, s)
+	t.Cleanup(func() { s.Close() })
+	return dsn, s
 }
 
-func TestKeysListingPostgres(t *testing.T) {
-	t.Parallel()
+// migratedPostgres migrates a new schema with the CLI and returns the
+// store flags that name it (its schema is last) and a store over it.
+func migratedPostgres(t *testing.T) ([]string, *idempgx.Store) {
+	t.Helper()
 	url := postgresURL(t)
 	schema := testSchema(t, url)
 	args := []string{"--store", url, "--schema", schema}
@@ -162,11 +165,23 @@ func TestKeysListingPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	s, err := idempgx.New(pool, &idempgx.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return args, s
+}
+
+func TestKeysListingSQLite(t *testing.T) {
+	t.Parallel()
+	dsn, s := openMigratedSQLite(t)
+	testKeysListing(t, []string{"--store", dsn}, s)
+}
+
+func TestKeysListingPostgres(t *testing.T) {
+	t.Parallel()
+	args, s := migratedPostgres(t)
 	testKeysListing(t, args, s)
 }
 

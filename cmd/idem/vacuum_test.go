@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem/store/idempgx"
 	"github.com/idem-go/idem/store/idemsqlite"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestPurgeVacuumSQLite: purge reports what it deleted; --vacuum gives the
@@ -52,19 +50,8 @@ func TestPurgeVacuumSQLite(t *testing.T) {
 
 func TestPurgeVacuumPostgres(t *testing.T) {
 	t.Parallel()
-	url := postgresURL(t)
-	schema := testSchema(t, url)
-	args := []string{"--store", url, "--schema", schema}
-	wantExit(t, runCLI(t, nil, append([]string{"migrate", "up"}, args...)...), exitOK)
-	pool, err := pgxpool.New(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := idempgx.New(pool, &idempgx.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	args, s := migratedPostgres(t)
+	schema := args[len(args)-1]
 	for i := range 50 {
 		seedRecord(t, s, "s", fmt.Sprintf("k-%d", i), []byte("result"), time.Millisecond)
 	}
