@@ -8,6 +8,9 @@
 //   - [ValidateBatch], [Firsts] and [SettleRepeats]: batch validation with
 //     the store's limit, and the verdict on keys repeated inside a batch;
 //   - [Keep]: the lease keeper (heartbeat loop) the Guard itself uses.
+//   - [ListOrdered]: idem.Lister for a store that reads its records in
+//     (scope, key) order, with the filter applied in Go, a bounded cost per
+//     call and an opaque cursor ([Position], [ParseCursor]).
 //
 // idempgx, idemsqlite and idemredis use it. The package has no
 // compatibility promise beyond the module's: it changes with the stores
