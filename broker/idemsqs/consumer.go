@@ -384,7 +384,6 @@ func (s *session) handle(ctx context.Context, msgs []types.Message) {
 // batch is the messages of one receive.
 type batch struct {
 	s  *session
-	mu sync.Mutex
 	ds []*delivery
 }
 
@@ -421,32 +420,12 @@ func (b *batch) beat(ctx context.Context, done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		for _, d := range b.pending() {
-			if err := d.visibility(ctx, b.s.run.visibility); err != nil && ctx.Err() == nil {
+		for _, d := range b.ds {
+			if err := d.extend(ctx, b.s.run.visibility); err != nil && ctx.Err() == nil {
 				b.s.c.cfg.Logger.Warn("idem: sqs visibility heartbeat failed", "consumer", b.s.c.cfg.Name, "id", d.ID(), "err", err)
 			}
 		}
 	}
-}
-
-// pending returns the deliveries not yet settled.
-func (b *batch) pending() []*delivery {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []*delivery
-	for _, d := range b.ds {
-		if !d.settled {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// settle marks d settled (no more heartbeats), acked or not.
-func (b *batch) settle(d *delivery, acked bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	d.settled, d.acked = true, acked
 }
 
 // deleteAcked deletes the acked messages with DeleteMessageBatch. A
@@ -454,13 +433,13 @@ func (b *batch) settle(d *delivery, acked bool) {
 // deduped.
 func (b *batch) deleteAcked(ctx context.Context) {
 	var entries []types.DeleteMessageBatchRequestEntry
-	b.mu.Lock()
 	for i, d := range b.ds {
+		d.mu.Lock()
 		if d.acked {
 			entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: d.m.ReceiptHandle})
 		}
+		d.mu.Unlock()
 	}
-	b.mu.Unlock()
 	if len(entries) == 0 {
 		return
 	}
@@ -481,11 +460,40 @@ func (b *batch) deleteAcked(ctx context.Context) {
 
 // delivery adapts an SQS message to consume.Delivery.
 type delivery struct {
-	b       *batch
-	m       types.Message
-	settled bool // under b.mu
-	acked   bool // under b.mu
-	delay   time.Duration
+	b     *batch
+	m     types.Message
+	delay time.Duration
+	// mu guards settled and acked, and serializes the heartbeat's
+	// visibility changes with the settling ones, so that a heartbeat never
+	// overwrites a retry's delay.
+	mu      sync.Mutex
+	settled bool // no more heartbeats
+	acked   bool // to delete after the commit
+}
+
+// extend renews the visibility of d unless it is settled.
+func (d *delivery) extend(ctx context.Context, v time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return nil
+	}
+	return d.visibility(ctx, v)
+}
+
+// settle marks d settled, acked or not.
+func (d *delivery) settle(acked bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.settled, d.acked = true, acked
+}
+
+// hide settles d, not acked, and hides it for v.
+func (d *delivery) hide(ctx context.Context, v time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.settled = true
+	return d.visibility(ctx, v)
 }
 
 // ID is the AttrID attribute, else the FIFO MessageDeduplicationId, else
@@ -533,7 +541,7 @@ func (d *delivery) State() consume.State {
 // receive's handling.
 func (d *delivery) Ack(context.Context) error {
 	d.b.s.c.states.del(aws.ToString(d.m.MessageId))
-	d.b.settle(d, true)
+	d.settle(true)
 	return nil
 }
 
@@ -542,15 +550,13 @@ func (d *delivery) Ack(context.Context) error {
 // then delivers it again.
 func (d *delivery) Retry(ctx context.Context, after time.Duration, st consume.State) error {
 	d.b.s.c.states.put(aws.ToString(d.m.MessageId), st)
-	d.b.settle(d, false)
 	d.delay = min(max(after, time.Second), MaxVisibility)
-	return d.visibility(ctx, d.delay)
+	return d.hide(ctx, d.delay)
 }
 
 // Requeue makes the message visible again at once.
 func (d *delivery) Requeue(ctx context.Context) error {
-	d.b.settle(d, false)
-	return d.visibility(ctx, 0)
+	return d.hide(ctx, 0)
 }
 
 // retryDelay is how long a retried message stays hidden.
@@ -563,8 +569,7 @@ func (d *delivery) retryDelay() time.Duration {
 
 // release hands a message of a held-back FIFO group back, hidden for delay.
 func (d *delivery) release(ctx context.Context, delay time.Duration) {
-	d.b.settle(d, false)
-	if err := d.visibility(ctx, delay); err != nil && ctx.Err() == nil {
+	if err := d.hide(ctx, delay); err != nil && ctx.Err() == nil {
 		d.b.s.c.cfg.Logger.Warn("idem: sqs release of a held-back FIFO message failed", "consumer", d.b.s.c.cfg.Name, "id", d.ID(), "err", err)
 	}
 }
@@ -603,7 +608,7 @@ func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error 
 		return idem.Retryable(fmt.Errorf("idemsqs: send dead letter to %s: %w", s.run.dlq, err))
 	}
 	s.c.states.del(aws.ToString(d.m.MessageId))
-	d.b.settle(d, false)
+	d.settle(false)
 	if _, err := s.c.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(s.c.cfg.QueueURL), ReceiptHandle: d.m.ReceiptHandle}); err != nil {
 		return fmt.Errorf("idemsqs: delete dead-lettered %s: %w", aws.ToString(d.m.MessageId), err)
 	}

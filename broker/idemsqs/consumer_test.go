@@ -126,13 +126,13 @@ func TestPoisonDeadLetteredAndRedriven(t *testing.T) {
 func TestVisibilityHeartbeat(t *testing.T) {
 	t.Parallel()
 	c := sqsClient(t)
-	q := newQueue(t, c, t.Name(), map[string]string{"VisibilityTimeout": "2"})
+	q := newQueue(t, c, t.Name(), map[string]string{"VisibilityTimeout": "3"})
 	dlq := newQueue(t, c, t.Name()+"-dlq", nil)
 	var calls, done atomic.Int32
 	process := func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		calls.Add(1)
 		select {
-		case <-time.After(7 * time.Second): // 3.5 visibility timeouts
+		case <-time.After(10 * time.Second): // 3⅓ visibility timeouts
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
@@ -144,7 +144,7 @@ func TestVisibilityHeartbeat(t *testing.T) {
 	}
 	publish(t, c, q, idemsqs.Message{Body: "slow"})
 	waitFor(t, 30*time.Second, "the slow message deleted", func() bool { return done.Load() == 1 && queueDepth(t, c, q) == 0 })
-	time.Sleep(3 * time.Second) // a lapsed visibility would redeliver it now
+	time.Sleep(4 * time.Second) // a lapsed visibility would redeliver it now
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want 1", n)
 	}

@@ -86,7 +86,9 @@ func TestFailedDeleteIsDeduped(t *testing.T) {
 			t.Errorf("%s applied %d times", id, k)
 		}
 	}
-	if s := counters.Snapshot(); s.Processed != n || s.Duplicate != int64(lose.lost.Load()) {
-		t.Errorf("counters %+v, want %d processed and %d duplicates (the lost deletes)", s, n, lose.lost.Load())
+	// At least the lost deletes come back as duplicates (a loaded machine
+	// may let a one-second visibility lapse and redeliver more).
+	if s := counters.Snapshot(); s.Processed != n || s.Duplicate < int64(lose.lost.Load()) {
+		t.Errorf("counters %+v, want %d processed and at least %d duplicates (the lost deletes)", s, n, lose.lost.Load())
 	}
 }

@@ -101,7 +101,9 @@ const listVisibility = 30 * time.Second
 
 // scan receives up to limit distinct messages of the queue at url, calls
 // fn for each and then makes every message fn did not consume visible
-// again. fn returns whether it consumed (deleted) the message.
+// again. fn returns whether it consumed (deleted) the message. It stops
+// after two receives in a row bring nothing new: one empty long poll can
+// be a false empty (seen from goaws on a loaded machine).
 func scan(ctx context.Context, client *sqs.Client, url string, limit int, fn func(DeadMessage) (bool, error)) error {
 	var keep []types.Message
 	defer func() {
@@ -112,7 +114,7 @@ func scan(ctx context.Context, client *sqs.Client, url string, limit int, fn fun
 		}
 	}()
 	seen := map[string]bool{}
-	for len(seen) < limit {
+	for empties := 0; len(seen) < limit && empties < 2; {
 		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(url),
 			MaxNumberOfMessages:         int32(min(10, limit-len(seen))),
@@ -142,7 +144,9 @@ func scan(ctx context.Context, client *sqs.Client, url string, limit int, fn fun
 			}
 		}
 		if fresh == 0 {
-			return nil
+			empties++
+		} else {
+			empties = 0
 		}
 	}
 	return nil

@@ -90,8 +90,8 @@
 //   - a DeleteMessageBatch entry that fails: the test spoils its receipt
 //     handle, the message comes back after its visibility timeout and is
 //     deduped (TestFailedDeleteIsDeduped);
-//   - the visibility heartbeat: a 2 s visibility timeout, a handler taking
-//     7 s, two consumers, one run (TestVisibilityHeartbeat);
+//   - the visibility heartbeat: a 3 s visibility timeout, a handler taking
+//     10 s, two consumers, one run (TestVisibilityHeartbeat);
 //   - retries through ChangeMessageVisibility, the dead letter with its
 //     metadata attributes, ListDeadLetters and Redrive
 //     (TestPoisonDeadLetteredAndRedriven);
