@@ -26,7 +26,7 @@ import (
 // idempotency keys from it.
 func GuardProcess(g *idem.Guard, handler func(ctx context.Context, run idem.Run, d Delivery) error) ProcessFunc {
 	return func(ctx context.Context, msg idem.Message, d Delivery) (idem.Outcome, error) {
-		res, err := g.Do(ctx, idem.Call{Scope: msg.Scope, Key: msg.Key, Fingerprint: msg.Fingerprint, Retention: msg.Retention},
+		res, err := g.Do(ctx, idem.Call(msg),
 			func(ctx context.Context, run idem.Run) ([]byte, error) { return nil, handler(ctx, run, d) })
 		var stored *idem.StoredError
 		switch {
