@@ -19,6 +19,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemamqp"
 	"github.com/idem-go/idem/broker/idemsqs"
+	"github.com/idem-go/idem/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 )
@@ -229,27 +230,48 @@ queue missing), 2 the command line was wrong, 3 --fail-if-any and dead letters.`
 }
 
 func writeDeadLetterList(w io.Writer, t *dlqTarget, msgs []idemamqp.DeadMessage, total int, now time.Time) {
-	if len(msgs) == 0 {
-		fmt.Fprintf(w, "no dead letters in %s\n", t.name)
+	rows := make([]listRow, len(msgs))
+	for i, m := range msgs {
+		rows[i] = listRow{m.ID, m.DeadLetter, m.Age(now)}
+	}
+	if !writeListRows(w, t.name, rows, total) {
 		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tREASON\tATTEMPTS\tFIRST FAILURE\tLAST FAILURE\tAGE\tCONSUMER\tORIGIN\tLAST ERROR")
-	for _, m := range msgs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			cell(m.ID, listFieldWidth), cell(string(m.Reason), listFieldWidth), m.Attempts,
-			timeCell(m.FirstFailure), timeCell(m.LastFailure), m.Age(now).Round(time.Second),
-			cell(m.Consumer, listFieldWidth), cell(m.Origin, listFieldWidth), cell(m.LastError, listErrorWidth))
-	}
-	tw.Flush()
-	if total > len(msgs) {
-		fmt.Fprintf(w, "showing %d of %d dead letters in %s; raise --limit to see more\n", len(msgs), total, t.name)
-	} else {
-		fmt.Fprintf(w, "%d dead letter(s) in %s\n", len(msgs), t.name)
 	}
 	if repeats := repeatCount(msgs); repeats > 0 {
 		fmt.Fprintf(w, "%d repeat(s) not listed: the same dead letter (same dead-letter id) published again after a redelivery\n", repeats)
 	}
+}
+
+// listRow is one line of "dlq … list".
+type listRow struct {
+	id  string
+	dl  consume.DeadLetter
+	age time.Duration
+}
+
+// writeListRows prints the dead letters of queue as a table and a line
+// with their count (total, when the queue holds more than were read); with
+// none it prints so and returns false.
+func writeListRows(w io.Writer, queue string, rows []listRow, total int) bool {
+	if len(rows) == 0 {
+		fmt.Fprintf(w, "no dead letters in %s\n", queue)
+		return false
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tREASON\tATTEMPTS\tFIRST FAILURE\tLAST FAILURE\tAGE\tCONSUMER\tORIGIN\tLAST ERROR")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			cell(r.id, listFieldWidth), cell(string(r.dl.Reason), listFieldWidth), r.dl.Attempts,
+			timeCell(r.dl.FirstFailure), timeCell(r.dl.LastFailure), r.age.Round(time.Second),
+			cell(r.dl.Consumer, listFieldWidth), cell(r.dl.Origin, listFieldWidth), cell(r.dl.LastError, listErrorWidth))
+	}
+	tw.Flush()
+	if total > len(rows) {
+		fmt.Fprintf(w, "showing %d of %d dead letters in %s; raise --limit to see more\n", len(rows), total, queue)
+	} else {
+		fmt.Fprintf(w, "%d dead letter(s) in %s\n", len(rows), queue)
+	}
+	return true
 }
 
 // deadLetterJSON is one element of "dlq list --json".

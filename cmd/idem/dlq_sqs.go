@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -142,24 +141,11 @@ wrong, 3 --fail-if-any and dead letters.`,
 }
 
 func writeSQSDeadLetterList(w io.Writer, queue string, msgs []idemsqs.DeadMessage, total int, now time.Time) {
-	if len(msgs) == 0 {
-		fmt.Fprintf(w, "no dead letters in %s\n", queue)
-		return
+	rows := make([]listRow, len(msgs))
+	for i, m := range msgs {
+		rows[i] = listRow{m.ID, m.DeadLetter, m.Age(now)}
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tREASON\tATTEMPTS\tFIRST FAILURE\tLAST FAILURE\tAGE\tCONSUMER\tORIGIN\tLAST ERROR")
-	for _, m := range msgs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			cell(m.ID, listFieldWidth), cell(string(m.Reason), listFieldWidth), m.Attempts,
-			timeCell(m.FirstFailure), timeCell(m.LastFailure), m.Age(now).Round(time.Second),
-			cell(m.Consumer, listFieldWidth), cell(m.Origin, listFieldWidth), cell(m.LastError, listErrorWidth))
-	}
-	tw.Flush()
-	if total > len(msgs) {
-		fmt.Fprintf(w, "showing %d of about %d dead letters in %s; raise --limit to see more\n", len(msgs), total, queue)
-	} else {
-		fmt.Fprintf(w, "%d dead letter(s) in %s\n", len(msgs), queue)
-	}
+	writeListRows(w, queue, rows, total)
 }
 
 func newSQSShowCmd() *cobra.Command {
