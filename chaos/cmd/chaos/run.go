@@ -54,13 +54,17 @@ type publish struct {
 }
 
 // plan returns the publishes of a run: every message once, 30% of them
-// (dupRate) again a little later, as a producer's retry does.
+// (dupRate) again later, as a producer's retry does.
 func plan(cfg *runConfig, rng *rand.Rand) (msgs []publish, poison int) {
 	type slot struct {
 		at float64
 		p  publish
 	}
 	var slots []slot
+	// A duplicate follows its original by up to spread publishes: far
+	// enough, even unpaced, that most land outside JetStream's duplicate
+	// window and reach the consumers.
+	spread := float64(max(200, cfg.messages/10))
 	for i := range cfg.messages {
 		kind := kindOK
 		if cfg.poisonEvery > 0 && i%cfg.poisonEvery == cfg.poisonEvery/2 {
@@ -74,7 +78,7 @@ func plan(cfg *runConfig, rng *rand.Rand) (msgs []publish, poison int) {
 		slots = append(slots, slot{float64(i), p})
 		if rng.Float64() < cfg.dupRate {
 			p.dup = true
-			slots = append(slots, slot{float64(i) + 1 + rng.Float64()*200, p})
+			slots = append(slots, slot{float64(i) + 1 + rng.Float64()*spread, p})
 		}
 	}
 	sort.SliceStable(slots, func(a, b int) bool { return slots[a].at < slots[b].at })
