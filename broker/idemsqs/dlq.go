@@ -104,13 +104,11 @@ const listVisibility = 30 * time.Second
 // again. fn returns whether it consumed (deleted) the message. It stops
 // after two receives in a row bring nothing new: one empty long poll can
 // be a false empty (seen from goaws on a loaded machine).
-func scan(ctx context.Context, client *sqs.Client, url string, limit int, fn func(DeadMessage) (bool, error)) error {
+func scan(ctx context.Context, client *sqs.Client, url string, limit int, fn func(DeadMessage) (bool, error)) (err error) {
 	var keep []types.Message
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		for _, m := range keep {
-			_, _ = client.ChangeMessageVisibility(rctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
+		if rerr := release(ctx, client, url, keep); rerr != nil && err == nil {
+			err = rerr
 		}
 	}()
 	seen := map[string]bool{}
@@ -148,6 +146,31 @@ func scan(ctx context.Context, client *sqs.Client, url string, limit int, fn fun
 		} else {
 			empties = 0
 		}
+	}
+	return nil
+}
+
+// release makes the messages a scan kept visible again, trying each up to
+// three times; the error says how many stay hidden.
+func release(ctx context.Context, client *sqs.Client, url string, msgs []types.Message) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var failed int
+	var last error
+	for _, m := range msgs {
+		for try := range 3 {
+			_, err := client.ChangeMessageVisibility(rctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
+			if err == nil {
+				break
+			}
+			if try == 2 {
+				failed, last = failed+1, err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("idemsqs: %d message(s) of %s stay hidden for up to %v: %w", failed, url, listVisibility, last)
 	}
 	return nil
 }
