@@ -65,7 +65,7 @@ type ListFilter struct {
 	// ScopeHash matches the scopes whose hash is this: the first 8 bytes of
 	// SHA-256(scope) in 16 lowercase hex digits, which is what the HTTP
 	// middleware's and the proxy's logs print as scope_hash
-	// (idemhttp.ScopeHash). See [ScopeHash].
+	// (the scope_hash of idemhttp's logs and events). See [ScopeHash].
 	ScopeHash string
 	// State is StateInProgress or StateCompleted; empty matches both.
 	State State

@@ -126,7 +126,7 @@
 // A key is stored under the scope [Scope](principal, method, route):
 // `http "<principal>" <METHOD> <route>`, the principal quoted (the proxy's
 // is its --scope-header value, or "authz-sha256:" and the hex SHA-256 of
-// the Authorization header). Logs and hooks carry only [ScopeHash] of it.
+// the Authorization header). Logs and hooks carry only [idem.ScopeHash] of it.
 // `idem keys get --scope 'http "alice" POST POST /pay' KEY` shows the
 // stored response a retry is replayed, with the scope's parts and its
 // hash; [DecodeStoredResponse] and [ParseScope] are the same from Go, and

@@ -124,7 +124,7 @@ func TestHooksOrderAndContext(t *testing.T) {
 		ev.Duration < time.Millisecond || ev.Request == nil || ev.Request.URL.Path != "/payments" {
 		t.Fatalf("request event %+v", ev)
 	}
-	if ev.ScopeHash != idemhttp.ScopeHash(dos[0].Scope) || len(ev.ScopeHash) != 16 || dos[0].Outcome != idem.Processed {
+	if ev.ScopeHash != idem.ScopeHash(dos[0].Scope) || len(ev.ScopeHash) != 16 || dos[0].Outcome != idem.Processed {
 		t.Fatalf("request event's scope hash %q, Guard's scope %q (outcome %v)", ev.ScopeHash, dos[0].Scope, dos[0].Outcome)
 	}
 
@@ -229,8 +229,10 @@ type doEndHook func(ctx context.Context, ev idem.DoEvent)
 
 func (f doEndHook) OnDoEnd(ctx context.Context, ev idem.DoEvent) { f(ctx, ev) }
 
-func ExampleScopeHash() {
-	// The hash a request's events and logs carry in place of its scope.
-	fmt.Println(len(idemhttp.ScopeHash(`http "alice" POST /payments`)))
-	// Output: 16
+func ExampleScope() {
+	// The scope a request's key is filed under, and the hash its events
+	// and logs carry in place of it.
+	scope := idemhttp.Scope("alice", "post", "POST /payments")
+	fmt.Println(scope, idem.ScopeHash(scope))
+	// Output: http "alice" POST POST /payments f8b4a80eac8d4475
 }

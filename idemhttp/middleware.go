@@ -5,8 +5,6 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -185,7 +183,7 @@ type Event struct {
 	// returned; a [RequestStartHook] builds on its ctx argument instead,
 	// which holds what the hooks before it added.
 	Request *http.Request
-	// ScopeHash is [ScopeHash] of the request's scope, safe to log; empty
+	// ScopeHash is [idem.ScopeHash] of the request's scope, safe to log; empty
 	// when the request was rejected before its scope was known.
 	ScopeHash string
 	// Key is the idempotency key; empty when the request was rejected
@@ -621,7 +619,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		ev := Event{Request: r, Key: c.call.Key}
 		if len(m.starts) > 0 || len(m.ends) > 0 {
 			if c.call.Scope != "" {
-				ev.ScopeHash = ScopeHash(c.call.Scope)
+				ev.ScopeHash = idem.ScopeHash(c.call.Scope)
 			}
 			ctx := r.Context()
 			for _, h := range m.starts {
@@ -652,15 +650,6 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		m.serve(w, r, next, c.call, c.raw, &ev)
 	})
-}
-
-// ScopeHash is a short hash of an idempotency scope (16 hex digits of its
-// SHA-256), safe to log where the scope, which holds the principal, is
-// not. idemhttp's events and logs carry it, and contrib/idemotel puts it
-// on Guard spans, so that the two can be matched.
-func ScopeHash(scope string) string {
-	h := sha256.Sum256([]byte(scope))
-	return hex.EncodeToString(h[:8])
 }
 
 // errClientLeft ends an execution whose client went away before its
@@ -766,7 +755,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		cw.commit()
 		ev.Outcome, ev.Status, ev.Err = idem.NotRecorded, cw.finalStatus(), err
 		m.cfg.Logger.Error("idemhttp: handler ran but its response could not be recorded; a retry after the lease expires runs it again",
-			"scope_hash", ScopeHash(call.Scope), "key", call.Key, "status", cw.finalStatus(), "err", err)
+			"scope_hash", idem.ScopeHash(call.Scope), "key", call.Key, "status", cw.finalStatus(), "err", err)
 		return
 	case err == nil && !res.Replayed:
 		cw.commit()
@@ -829,7 +818,7 @@ func (m *Middleware) do(ctx context.Context, r *http.Request, call idem.Call, fn
 		if v == http.ErrAbortHandler {
 			panic(v)
 		}
-		m.cfg.Logger.Error("idemhttp: handler panicked; key released", "scope_hash", ScopeHash(call.Scope), "key", call.Key, "panic", v)
+		m.cfg.Logger.Error("idemhttp: handler panicked; key released", "scope_hash", idem.ScopeHash(call.Scope), "key", call.Key, "panic", v)
 		if !cw.streaming && !cw.hijacked {
 			m.errorFunc(cw.rw, r, newProblem(http.StatusInternalServerError, TypeHandlerPanic, "Internal error",
 				errors.New("the request failed and was not recorded; it may be retried")))

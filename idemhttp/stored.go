@@ -38,7 +38,7 @@ func DecodeStoredResponse(result []byte) (*StoredResponse, error) {
 // strings; the proxy's principal is the scope header's value or
 // "authz-sha256:" and the hex SHA-256 of the Authorization header), or,
 // when that is not a valid scope (longer than idem.MaxScopeLen),
-// "http sha256:" and a hash of the three. With ScopeHash it finds the
+// "http sha256:" and a hash of the three. With idem.ScopeHash it finds the
 // records of a request in the store and in the logs.
 func Scope(principal, method, route string) string {
 	return scopeOf(principal, strings.ToUpper(method), route)

@@ -141,7 +141,7 @@ func writeRecord(w io.Writer, rec idem.Record, max int) error {
 			[2]string{"http route", r})
 	}
 	if strings.HasPrefix(rec.Scope, "http ") {
-		rows = append(rows, [2]string{"scope hash", idemhttp.ScopeHash(rec.Scope) + " (as in the proxy's log)"})
+		rows = append(rows, [2]string{"scope hash", idem.ScopeHash(rec.Scope) + " (as in the proxy's log)"})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
@@ -257,7 +257,7 @@ func writeRecordJSON(w io.Writer, rec idem.Record) error {
 		Tombstone:      rec.Tombstone,
 	}
 	if p, m, r, ok := idemhttp.ParseScope(rec.Scope); ok {
-		j.HTTPScope = &httpScopeJSON{p, m, r, idemhttp.ScopeHash(rec.Scope)}
+		j.HTTPScope = &httpScopeJSON{p, m, r, idem.ScopeHash(rec.Scope)}
 	}
 	if resp, err := storedHTTP(rec); err == nil {
 		h := resp.Header

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/store/idemsqlite"
 )
@@ -51,7 +52,7 @@ func TestKeysGetDecodesHTTP(t *testing.T) {
 	wantExit(t, r, exitOK)
 	for _, w := range []string{"stored HTTP response (replayed to a retry):\n201 Created\n", "Content-Type: application/json",
 		"body (text):\n{\"charge\":\"ch_1\"}\n", `http principal  "alice"`, "http method     POST", "http route      POST /pay",
-		"scope hash      " + idemhttp.ScopeHash(scope)} {
+		"scope hash      " + idem.ScopeHash(scope)} {
 		if !strings.Contains(r.Stdout, w) {
 			t.Errorf("keys get lacks %q:\n%s", w, r.Stdout)
 		}
@@ -64,7 +65,7 @@ func TestKeysGetDecodesHTTP(t *testing.T) {
 	var j recordJSON
 	if err := json.Unmarshal([]byte(r.Stdout), &j); err != nil || j.HTTPResponse == nil || j.HTTPResponse.Status != 201 ||
 		j.HTTPResponse.Body == nil || *j.HTTPResponse.Body != `{"charge":"ch_1"}` || j.HTTPScope == nil ||
-		j.HTTPScope.Principal != "alice" || j.HTTPScope.Hash != idemhttp.ScopeHash(scope) || j.ResultText != nil {
+		j.HTTPScope.Principal != "alice" || j.HTTPScope.Hash != idem.ScopeHash(scope) || j.ResultText != nil {
 		t.Fatalf("keys get --json = %+v, %v\n%s", j, err, r.Stdout)
 	}
 

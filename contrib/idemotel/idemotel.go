@@ -626,7 +626,7 @@ func guardFailed(ev idem.DoEvent) bool {
 func (t *Telemetry) guardAttrs(ev idem.DoEvent) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{attrGuard.String(traceString(t.guard))}
 	if ev.Scope != "" {
-		attrs = append(attrs, attrScopeHash.String(idemhttp.ScopeHash(ev.Scope)))
+		attrs = append(attrs, attrScopeHash.String(idem.ScopeHash(ev.Scope)))
 	}
 	if t.keys {
 		attrs = append(attrs, attrScope.String(traceString(ev.Scope)))
