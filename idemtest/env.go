@@ -13,6 +13,7 @@ var serviceExamples = map[string]string{
 	"IDEM_AMQP_URL":     "amqp://guest:guest@127.0.0.1:5672/",
 	"IDEM_NATS_URL":     "nats://127.0.0.1:4222",
 	"IDEM_MYSQL_URL":    "mysql://root@127.0.0.1:3306/test",
+	"IDEM_SQS_URL":      "http://127.0.0.1:4100", // goaws (.ci/run)
 }
 
 // ServiceURL returns the value of the environment variable env, the URL of
