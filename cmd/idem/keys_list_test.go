@@ -196,6 +196,13 @@ func TestKeysListingRedis(t *testing.T) {
 	testKeysListing(t, []string{"--store", dsn}, s)
 }
 
+func TestKeysListingMySQL(t *testing.T) {
+	t.Parallel()
+	dsn := mysqlDatabase(t)
+	wantExit(t, runCLI(t, nil, "migrate", "up", "--store", dsn), exitOK)
+	testKeysListing(t, []string{"--store", dsn}, openTestStore(t, storeConfig{DSN: dsn}))
+}
+
 func TestKeysSelectorUsage(t *testing.T) {
 	t.Parallel()
 	dsn := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")

@@ -21,6 +21,12 @@ func TestConformance(t *testing.T) {
 	}, &storetest.Options{MaxResultBytes: conformanceMaxResult, ClockPrecision: time.Microsecond})
 }
 
+func TestListConformance(t *testing.T) {
+	t.Parallel()
+	adminDB(t)
+	storetest.RunList(t, func(t *testing.T) idem.Store { return newStore(t, nil) }, nil)
+}
+
 func TestProcessConformance(t *testing.T) {
 	t.Parallel()
 	adminDB(t)
