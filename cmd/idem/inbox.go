@@ -392,7 +392,11 @@ func newInboxDiscardCmd() *cobra.Command {
 				return err
 			}
 			if !yes {
-				return usageErrorf("discard deletes dead messages for good; add --yes to confirm")
+				what := "the dead messages with the ids given"
+				if all {
+					what = "every dead message"
+				}
+				return usageErrorf("discard would delete %s in %s for good; add --yes to confirm", what, redactDSN(cfg.DSN))
 			}
 			return withInbox(cmd, cfg, func(ib inbox.Admin) error {
 				n, err := ib.Discard(cmd.Context(), sel)

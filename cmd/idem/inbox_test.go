@@ -147,7 +147,7 @@ func checkInboxCommands(t *testing.T, env map[string]string, ib inbox.Admin) {
 	if row, _, _ := ib.Get(t.Context(), 2); row.State != inbox.StatePending || row.Attempts != 0 {
 		t.Fatalf("redriven row %+v", row)
 	}
-	wantExit(t, runCLI(t, env, "inbox", "discard", "--all"), exitUsage, "--yes")
+	wantExit(t, runCLI(t, env, "inbox", "discard", "--all"), exitUsage, "would delete every dead message in ", "--yes")
 	r = runCLI(t, env, "inbox", "discard", "--all", "--yes")
 	wantExit(t, r, exitOK)
 	if !strings.Contains(r.Stdout, "discarded 2") {

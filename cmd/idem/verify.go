@@ -28,6 +28,8 @@ type verifyOptions struct {
 	lease, wait           time.Duration
 	// keep leaves the verification's records in the store.
 	keep bool
+	// json prints one JSON report at the end instead of lines.
+	json bool
 	// store names the store in the report; progress, every how often the
 	// storm reports how far it got (0: never), and on a terminal (tty) as
 	// one line rewritten in place.
@@ -108,7 +110,8 @@ fails, 130 when Ctrl-C (or SIGTERM) interrupted it.`,
 	f.DurationVar(&o.lease, "lease", time.Second, fmt.Sprintf("lease of the fencing check, waited out once (%v-%v)", minVerifyLease, maxVerifyLease))
 	f.DurationVar(&o.wait, "wait", 30*time.Second, "how long a copy waits for the run in progress before the storm fails")
 	f.BoolVar(&o.keep, "keep", false, "keep the verification's records in the store (to inspect them)")
-	for _, name := range []string{"keys", "copies", "workers", "lease", "wait", "keep"} {
+	f.BoolVar(&o.json, "json", false, `print one JSON report at the end: {"store", "scope", "checks": [{"name", "ok", "detail", "error", "seconds"}], "passed", "interrupted", "kept", "cleanup_error"}`)
+	for _, name := range []string{"keys", "copies", "workers", "lease", "wait", "keep", "json"} {
 		envFlag(cmd, name, "IDEM_VERIFY_"+strings.ToUpper(name))
 	}
 	return cmd
@@ -165,12 +168,16 @@ var errVerifyFailed = errors.New("verify")
 func runVerify(ctx context.Context, w io.Writer, s idem.Store, o verifyOptions) error {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
-	v := &verifier{store: s, scope: "idem-verify/" + hex.EncodeToString(nonce[:]), o: o, w: w}
-	name := o.store
-	if name == "" {
-		name = fmt.Sprintf("%T", s)
+	report := w
+	if o.json {
+		w, o.progress = io.Discard, 0 // the report is the JSON document
 	}
-	fmt.Fprintf(w, "verifying %s under scope %q\n", name, v.scope)
+	v := &verifier{store: s, scope: "idem-verify/" + hex.EncodeToString(nonce[:]), o: o, w: w}
+	rep := verifyReport{Store: o.store, Scope: v.scope, Checks: []verifyCheckJSON{}}
+	if rep.Store == "" {
+		rep.Store = fmt.Sprintf("%T", s)
+	}
+	fmt.Fprintf(w, "verifying %s under scope %q\n", rep.Store, v.scope)
 	failed := 0
 	for _, c := range verifyChecks {
 		start := time.Now()
@@ -178,20 +185,32 @@ func runVerify(ctx context.Context, w io.Writer, s idem.Store, o verifyOptions) 
 		took := time.Since(start).Round(time.Millisecond)
 		if ctx.Err() != nil {
 			fmt.Fprintf(w, "interrupted during %s (%v)\n", c.name, took)
+			rep.Interrupted = true
 			break
 		}
+		check := verifyCheckJSON{Name: c.name, OK: err == nil, Detail: detail, Seconds: took.Seconds()}
 		if err != nil {
 			failed++
+			check.Error = err.Error()
 			fmt.Fprintf(w, "FAIL  %-16s %v (%v)\n", c.name, err, took)
-			continue
+		} else {
+			fmt.Fprintf(w, "ok    %-16s %s (%v)\n", c.name, detail, took)
 		}
-		fmt.Fprintf(w, "ok    %-16s %s (%v)\n", c.name, detail, took)
+		rep.Checks = append(rep.Checks, check)
 	}
 	var cleanErr error
 	if o.keep {
+		rep.Kept = true
 		fmt.Fprintf(w, "kept %d keys under scope %q (--keep)\n", len(v.written), v.scope)
 	} else if cleanErr = v.cleanup(context.WithoutCancel(ctx)); cleanErr != nil {
+		rep.CleanupError = cleanErr.Error()
 		fmt.Fprintf(w, "FAIL  %-16s %v\n", "cleanup", cleanErr)
+	}
+	rep.Passed = failed == 0 && cleanErr == nil && !rep.Interrupted
+	if o.json {
+		if err := writeJSON(report, rep); err != nil {
+			return err
+		}
 	}
 	switch {
 	case ctx.Err() != nil && cleanErr != nil:
@@ -207,6 +226,26 @@ func runVerify(ctx context.Context, w io.Writer, s idem.Store, o verifyOptions) 
 	}
 	fmt.Fprintf(w, "all %d checks passed\n", len(verifyChecks))
 	return nil
+}
+
+// verifyReport is the output of "verify --json".
+type verifyReport struct {
+	Store        string            `json:"store"`
+	Scope        string            `json:"scope"`
+	Checks       []verifyCheckJSON `json:"checks"`
+	Passed       bool              `json:"passed"`
+	Interrupted  bool              `json:"interrupted,omitempty"`
+	Kept         bool              `json:"kept,omitempty"`
+	CleanupError string            `json:"cleanup_error,omitempty"`
+}
+
+// verifyCheckJSON is one check of "verify --json".
+type verifyCheckJSON struct {
+	Name    string  `json:"name"`
+	OK      bool    `json:"ok"`
+	Detail  string  `json:"detail,omitempty"`
+	Error   string  `json:"error,omitempty"`
+	Seconds float64 `json:"seconds"`
 }
 
 // key returns a fresh key of the verification and remembers it.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -339,5 +340,31 @@ func TestVerifyCleanupAndClockFailures(t *testing.T) {
 	err = runVerify(t.Context(), &out, noExpiry{idemtest.NewMemoryStore(nil)}, o)
 	if !errors.Is(err, errVerifyFailed) || !strings.Contains(out.String(), "the store reported no lease expiry") {
 		t.Fatalf("verify with a store that reports no expiry = %v\n%s", err, out.String())
+	}
+}
+
+// TestVerifyJSON: --json prints one report, checks and failures included,
+// and nothing else on stdout.
+func TestVerifyJSON(t *testing.T) {
+	t.Parallel()
+	o := verifyOptions{keys: 5, copies: 2, workers: 4, lease: 250 * time.Millisecond, wait: 10 * time.Second, json: true,
+		store: "SQLite store sqlite://x.db", progress: time.Millisecond}
+	var out bytes.Buffer
+	err := runVerify(t.Context(), &out, noExpiry{idemtest.NewMemoryStore(nil)}, o)
+	var rep verifyReport
+	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil || !errors.Is(err, errVerifyFailed) {
+		t.Fatalf("verify --json = %v; output is not one JSON document (%v):\n%s", err, jerr, out.String())
+	}
+	failed := 0
+	for _, c := range rep.Checks {
+		if !c.OK {
+			failed++
+			if c.Error == "" || c.Name != "store clock" {
+				t.Errorf("failed check %+v", c)
+			}
+		}
+	}
+	if rep.Passed || failed != 1 || len(rep.Checks) != len(verifyChecks) || rep.Store != o.store || !strings.HasPrefix(rep.Scope, "idem-verify/") {
+		t.Fatalf("report %+v", rep)
 	}
 }
