@@ -7,12 +7,14 @@
 //     lease, or gone so that the insert should run again;
 //   - [ValidateBatch], [Firsts] and [SettleRepeats]: batch validation with
 //     the store's limit, and the verdict on keys repeated inside a batch;
-//   - [Keep]: the lease keeper (heartbeat loop) the Guard itself uses.
+//   - [Keep]: the lease keeper (heartbeat loop) the Guard itself uses;
+//   - [Gate] and [HolderConns]: the connections a pool keeps for lease
+//     holders, so that a heartbeat never queues behind a burst of claims;
 //   - [ListOrdered]: idem.Lister for a store that reads its records in
 //     (scope, key) order, with the filter applied in Go, a bounded cost per
 //     call and an opaque cursor ([Position], [ParseCursor]).
 //
-// idempgx, idemsqlite and idemredis use it. The package has no
+// idempgx, idemsqlite, idemmysql and idemredis use it. The package has no
 // compatibility promise beyond the module's: it changes with the stores
 // that use it.
 package storekit

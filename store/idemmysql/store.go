@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Config configures a [Store]. A nil pointer, and zero fields, mean the
@@ -60,7 +61,7 @@ type Store struct {
 	cfg Config
 	// gate keeps HolderConns of the pool's maxConns connections from
 	// every call but a lease holder's; nil for a pool without a limit.
-	gate     *connGate
+	gate     *storekit.Gate
 	maxConns int
 }
 
@@ -98,7 +99,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 		s.cfg.Logger = slog.Default()
 	}
 	s.maxConns = db.Stats().MaxOpenConnections
-	holders, err := holderConns(s.cfg.HolderConns, s.maxConns)
+	holders, err := storekit.HolderConns(s.cfg.HolderConns, s.maxConns, "SetMaxOpenConns")
 	if err != nil {
 		return nil, fmt.Errorf("%w: idemmysql: %v", idem.ErrInvalidConfig, err)
 	}
@@ -108,7 +109,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	}
 	s.cfg.HolderConns = holders
 	if s.maxConns > 0 {
-		s.gate = &connGate{slots: make(chan struct{}, s.maxConns-holders)}
+		s.gate = storekit.NewGate(s.maxConns - holders)
 	}
 	return s, nil
 }

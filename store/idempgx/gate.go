@@ -3,51 +3,10 @@ package idempgx
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// connGate bounds how many pool connections the store's calls other than
-// a lease holder's (Claim, Get, Delete, Purge) hold at once, so that the
-// rest of the pool stays free for Extend, Complete and Release. A burst of
-// claims queues here, in Go, instead of in the pool's first-come queue,
-// where a heartbeat would have waited behind all of it.
-type connGate struct {
-	slots chan struct{}
-
-	waiting   atomic.Int64 // calls waiting for a slot now
-	waits     atomic.Int64 // calls that found no free slot
-	waitNanos atomic.Int64 // their total wait
-}
-
-func newConnGate(n int) *connGate { return &connGate{slots: make(chan struct{}, n)} }
-
-// enter takes a slot, waiting until ctx ends; it returns context.Cause(ctx)
-// when it gave up.
-func (g *connGate) enter(ctx context.Context) error {
-	select {
-	case g.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	g.waiting.Add(1)
-	start := time.Now()
-	defer func() {
-		g.waiting.Add(-1)
-		g.waits.Add(1)
-		g.waitNanos.Add(int64(time.Since(start)))
-	}()
-	select {
-	case g.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
-func (g *connGate) leave() { <-g.slots }
 
 // ConnStats says how the store's calls waited for pool connections. The
 // counters only grow, so a rate of HolderAcquireWait over HolderAcquires
@@ -74,34 +33,17 @@ type ConnStats struct {
 
 // ConnStats returns a snapshot of the store's connection statistics.
 func (s *Store) ConnStats() ConnStats {
+	g := s.gate.Stats()
 	return ConnStats{
 		MaxConns:          s.maxConns,
 		HolderConns:       s.cfg.HolderConns,
-		GatedConns:        cap(s.gate.slots),
-		GatedWaiting:      s.gate.waiting.Load(),
-		GatedWaits:        s.gate.waits.Load(),
-		GatedWaitTime:     time.Duration(s.gate.waitNanos.Load()),
+		GatedConns:        g.Slots,
+		GatedWaiting:      g.Waiting,
+		GatedWaits:        g.Waits,
+		GatedWaitTime:     g.WaitTime,
 		HolderAcquires:    s.holderAcquires.Load(),
 		HolderAcquireWait: time.Duration(s.holderWaitNanos.Load()),
 	}
-}
-
-// holderConns works out how many of a pool's maxConns connections to keep
-// for lease holders: cfg, where 0 means the default (a quarter of the pool,
-// at least one), and none when the pool has a single connection.
-func holderConns(cfg, maxConns int) (int, error) {
-	switch {
-	case cfg < 0:
-		return 0, fmt.Errorf("HolderConns must not be negative, got %d", cfg)
-	case cfg == 0 && maxConns == 1:
-		return 0, nil
-	case cfg == 0:
-		return max(1, maxConns/4), nil
-	case cfg >= maxConns:
-		return 0, fmt.Errorf("HolderConns %d leaves none of the pool's %d connections (MaxConns) to claims; want at most %d",
-			cfg, maxConns, maxConns-1)
-	}
-	return cfg, nil
 }
 
 // conn takes a pool connection for op. A lease holder's call (Extend,
@@ -119,13 +61,13 @@ func (s *Store) conn(ctx context.Context, op string, holder bool) (*pgxpool.Conn
 		}
 		return c, nil
 	}
-	if err := s.gate.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return nil, fmt.Errorf("idempgx: %s: gave up waiting for one of the %d pool connections open to claims (%d of %d are kept for lease holders): %w",
-			op, cap(s.gate.slots), s.cfg.HolderConns, s.maxConns, classify(err))
+			op, s.gate.Stats().Slots, s.cfg.HolderConns, s.maxConns, classify(err))
 	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
-		s.gate.leave()
+		s.gate.Leave()
 		return nil, s.wrap(op, err)
 	}
 	return c, nil
@@ -135,6 +77,6 @@ func (s *Store) conn(ctx context.Context, op string, holder bool) (*pgxpool.Conn
 func (s *Store) done(c *pgxpool.Conn, holder bool) {
 	c.Release()
 	if !holder {
-		s.gate.leave()
+		s.gate.Leave()
 	}
 }

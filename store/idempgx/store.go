@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -63,7 +64,7 @@ type Store struct {
 
 	// gate keeps HolderConns of the pool's maxConns connections from
 	// every call but a lease holder's.
-	gate            *connGate
+	gate            *storekit.Gate
 	maxConns        int
 	holderAcquires  atomic.Int64
 	holderWaitNanos atomic.Int64
@@ -105,7 +106,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		s.cfg.Logger = slog.Default()
 	}
 	s.maxConns = int(pool.Config().MaxConns)
-	holders, err := holderConns(s.cfg.HolderConns, s.maxConns)
+	holders, err := storekit.HolderConns(s.cfg.HolderConns, s.maxConns, "MaxConns")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", idem.ErrInvalidConfig, err)
 	}
@@ -114,7 +115,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 			"a heartbeat may wait behind a claim that waits on a row lock; give the pool MaxConns of 2 or more")
 	}
 	s.cfg.HolderConns = holders
-	s.gate = newConnGate(s.maxConns - holders)
+	s.gate = storekit.NewGate(s.maxConns - holders)
 	s.schema = s.cfg.Schema
 	s.q = newQueries(s.schema)
 	return s, nil
