@@ -114,7 +114,19 @@ func TestRepositoryRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := map[string]string{"go.work": worktest.Read(t, filepath.Dir(src), "go.work")}
-	for _, dir := range []string{".", "shared", "store/idempgx", "store/idemsqlite", "store/idemredis", "broker/idemamqp", "broker/idemkafka", "broker/idemnats", "contrib/idemotel", "contrib/idemprom", "cmd/idem", "bench", "sdktest", "tools"} {
+	// Every module the workspace uses, as go.work's use block lists them.
+	var dirs []string
+	_, block, _ := strings.Cut(files["go.work"], "use (")
+	block, _, _ = strings.Cut(block, ")")
+	for _, line := range strings.Split(block, "\n") {
+		if dir := strings.TrimSpace(line); dir != "" && !strings.HasPrefix(dir, "//") {
+			dirs = append(dirs, dir)
+		}
+	}
+	if len(dirs) < 15 {
+		t.Fatalf("go.work uses %d modules: %q", len(dirs), dirs)
+	}
+	for _, dir := range dirs {
 		name := filepath.ToSlash(filepath.Join(dir, "go.mod"))
 		files[name] = worktest.Read(t, filepath.Dir(src), name)
 	}
