@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
+	"github.com/idem-go/idem/shared/bounded"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -60,7 +61,7 @@ type Consumer struct {
 	js     jetstream.JetStream
 	cfg    Config
 	engine *consume.Engine
-	states *stateCache
+	states *bounded.Map[uint64, retryState]
 }
 
 // maxStates bounds the in-process retry-state cache.
@@ -84,7 +85,7 @@ func NewConsumer(js jetstream.JetStream, cfg *Config) (*Consumer, error) {
 	if js == nil || cfg == nil {
 		return nil, fmt.Errorf("%w: idemnats: NewConsumer needs a JetStream context and a config", idem.ErrInvalidConfig)
 	}
-	c := &Consumer{js: js, cfg: *cfg, states: newStateCache(maxStates)}
+	c := &Consumer{js: js, cfg: *cfg, states: bounded.New[uint64, retryState](maxStates)}
 	if c.cfg.Stream == "" || c.cfg.Consumer == "" {
 		return nil, fmt.Errorf("%w: idemnats: Stream and Consumer are required", idem.ErrInvalidConfig)
 	}
@@ -286,7 +287,7 @@ func (d *delivery) seq() uint64 {
 //     can have been).
 func (d *delivery) State() consume.State {
 	before := d.before()
-	if e, ok := d.c.states.get(d.seq()); ok && e.delivered <= before {
+	if e, ok := d.c.states.Get(d.seq()); ok && e.delivered <= before {
 		st := e.st
 		st.Attempts += before - e.delivered
 		return st
@@ -317,7 +318,7 @@ func (d *delivery) before() int {
 }
 
 func (d *delivery) Ack(ctx context.Context) error {
-	d.c.states.del(d.seq())
+	d.c.states.Delete(d.seq())
 	if d.c.cfg.DoubleAck {
 		return d.m.DoubleAck(ctx)
 	}
@@ -325,14 +326,14 @@ func (d *delivery) Ack(ctx context.Context) error {
 }
 
 func (d *delivery) Retry(_ context.Context, after time.Duration, st consume.State) error {
-	d.c.states.put(d.seq(), retryState{st: st, delivered: d.before() + 1})
+	d.c.states.Put(d.seq(), retryState{st: st, delivered: d.before() + 1})
 	return d.m.NakWithDelay(after)
 }
 
 // Requeue naks the message; this delivery is recorded as this process's
 // own, so that it does not count as a failed attempt.
 func (d *delivery) Requeue(context.Context) error {
-	d.c.states.put(d.seq(), retryState{st: d.State(), delivered: d.before() + 1})
+	d.c.states.Put(d.seq(), retryState{st: d.State(), delivered: d.before() + 1})
 	return d.m.Nak()
 }
 
@@ -363,7 +364,7 @@ func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error 
 	if _, err := d.c.js.PublishMsg(ctx, out); err != nil {
 		return idem.Retryable(fmt.Errorf("idemnats: publish dead letter to %q: %w", d.c.cfg.DeadLetterSubject, err))
 	}
-	d.c.states.del(d.seq())
+	d.c.states.Delete(d.seq())
 	// Plain Term, not TermWithReason: servers before 2.10 ignore a TERM
 	// that carries a reason. The reason travels in the dead letter.
 	return d.m.Term()
@@ -381,42 +382,4 @@ func DeadLetterID(stream string, seq uint64) string {
 type retryState struct {
 	st        consume.State
 	delivered int
-}
-
-// stateCache remembers the retry state of Nak'ed messages by stream
-// sequence, up to a bound; when full it forgets an arbitrary entry, whose
-// message then falls back to the delivery count.
-type stateCache struct {
-	mu  sync.Mutex
-	max int
-	m   map[uint64]retryState
-}
-
-func newStateCache(n int) *stateCache {
-	return &stateCache{max: n, m: make(map[uint64]retryState)}
-}
-
-func (s *stateCache) get(seq uint64) (retryState, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.m[seq]
-	return st, ok
-}
-
-func (s *stateCache) put(seq uint64, st retryState) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[seq]; !ok && len(s.m) >= s.max {
-		for k := range s.m {
-			delete(s.m, k)
-			break
-		}
-	}
-	s.m[seq] = st
-}
-
-func (s *stateCache) del(seq uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, seq)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/retry"
+	"github.com/idem-go/idem/shared/bounded"
 )
 
 // AttrID is the message attribute that carries the producer's message id:
@@ -84,7 +85,7 @@ type Consumer struct {
 	client *sqs.Client
 	cfg    Config
 	engine *consume.Engine
-	states *stateCache
+	states *bounded.Map[string, consume.State]
 }
 
 // maxStates bounds the in-process retry-state cache.
@@ -97,7 +98,7 @@ func NewConsumer(client *sqs.Client, cfg *Config) (*Consumer, error) {
 	if client == nil || cfg == nil {
 		return nil, fmt.Errorf("%w: idemsqs: NewConsumer needs an SQS client and a config", idem.ErrInvalidConfig)
 	}
-	c := &Consumer{client: client, cfg: *cfg, states: newStateCache(maxStates)}
+	c := &Consumer{client: client, cfg: *cfg, states: bounded.New[string, consume.State](maxStates)}
 	if c.cfg.QueueURL == "" {
 		return nil, fmt.Errorf("%w: idemsqs: QueueURL is required", idem.ErrInvalidConfig)
 	}
@@ -527,7 +528,7 @@ func (d *delivery) Origin() string {
 // ApproximateReceiveCount: every earlier receive counts as a failed
 // attempt, so a message can be dead-lettered sooner, never later.
 func (d *delivery) State() consume.State {
-	if st, ok := d.b.s.c.states.get(aws.ToString(d.m.MessageId)); ok {
+	if st, ok := d.b.s.c.states.Get(aws.ToString(d.m.MessageId)); ok {
 		return st
 	}
 	var st consume.State
@@ -540,7 +541,7 @@ func (d *delivery) State() consume.State {
 // Ack marks the message for the DeleteMessageBatch that follows the
 // receive's handling.
 func (d *delivery) Ack(context.Context) error {
-	d.b.s.c.states.del(aws.ToString(d.m.MessageId))
+	d.b.s.c.states.Delete(aws.ToString(d.m.MessageId))
 	d.settle(true)
 	return nil
 }
@@ -549,7 +550,7 @@ func (d *delivery) Ack(context.Context) error {
 // second (SQS counts visibility in seconds) and at most MaxVisibility; SQS
 // then delivers it again.
 func (d *delivery) Retry(ctx context.Context, after time.Duration, st consume.State) error {
-	d.b.s.c.states.put(aws.ToString(d.m.MessageId), st)
+	d.b.s.c.states.Put(aws.ToString(d.m.MessageId), st)
 	d.delay = min(max(after, time.Second), MaxVisibility)
 	return d.hide(ctx, d.delay)
 }
@@ -607,7 +608,7 @@ func (d *delivery) DeadLetter(ctx context.Context, dl consume.DeadLetter) error 
 	if _, err := s.c.client.SendMessage(ctx, in); err != nil {
 		return idem.Retryable(fmt.Errorf("idemsqs: send dead letter to %s: %w", s.run.dlq, err))
 	}
-	s.c.states.del(aws.ToString(d.m.MessageId))
+	s.c.states.Delete(aws.ToString(d.m.MessageId))
 	d.settle(false)
 	if _, err := s.c.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(s.c.cfg.QueueURL), ReceiptHandle: d.m.ReceiptHandle}); err != nil {
 		return fmt.Errorf("idemsqs: delete dead-lettered %s: %w", aws.ToString(d.m.MessageId), err)
@@ -667,41 +668,3 @@ func attr(a map[string]types.MessageAttributeValue, name string) (string, bool) 
 
 // isFIFO reports whether a queue URL or name names a FIFO queue.
 func isFIFO(url string) bool { return strings.HasSuffix(url, ".fifo") }
-
-// stateCache remembers the retry state of retried messages by MessageId,
-// up to a bound; when full it forgets an arbitrary entry, whose message
-// then falls back to its receive count.
-type stateCache struct {
-	mu  sync.Mutex
-	max int
-	m   map[string]consume.State
-}
-
-func newStateCache(n int) *stateCache {
-	return &stateCache{max: n, m: make(map[string]consume.State)}
-}
-
-func (s *stateCache) get(id string) (consume.State, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.m[id]
-	return st, ok
-}
-
-func (s *stateCache) put(id string, st consume.State) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.m[id]; !ok && len(s.m) >= s.max {
-		for k := range s.m {
-			delete(s.m, k)
-			break
-		}
-	}
-	s.m[id] = st
-}
-
-func (s *stateCache) del(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, id)
-}
