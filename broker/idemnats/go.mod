@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/idem-go/idem v0.1.0
+	github.com/idem-go/idem/shared v0.1.0
 	github.com/idem-go/idem/store/idemsqlite v0.1.0
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
@@ -12,7 +13,6 @@ require (
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/idem-go/idem/shared v0.1.0 // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
