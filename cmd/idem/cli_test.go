@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -481,9 +480,8 @@ func TestStoreRegistry(t *testing.T) {
 	if b, err := lookupBackend("sqlite:///tmp/x.db"); err != nil || b.Name != "SQLite" {
 		t.Fatalf("lookupBackend(sqlite://) = %v, %v", b, err)
 	}
-	_, _, err := openMigrator(context.Background(), storeConfig{DSN: "nosuchscheme://x"})
-	if err == nil || !strings.Contains(err.Error(), "unknown scheme") {
-		t.Fatalf("openMigrator(nosuchscheme) = %v", err)
+	if _, err := lookupMigrateTarget(storeConfig{DSN: "nosuchscheme://x"}); err == nil || !strings.Contains(err.Error(), "unknown scheme") {
+		t.Fatalf("lookupMigrateTarget(nosuchscheme) = %v", err)
 	}
 }
 

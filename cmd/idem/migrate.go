@@ -74,7 +74,7 @@ safe. On a store without a schema (Redis) it says so and exits 0.`,
 			if err != nil || t.noSchema(cmd.OutOrStdout()) {
 				return err
 			}
-			m, closeFn, err := openMigrator(cmd.Context(), c)
+			m, closeFn, err := t.b.Migrator(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
@@ -118,7 +118,7 @@ without it, it names the store and the migrations it would revert and exits 2.`,
 			if err != nil || t.noSchema(cmd.OutOrStdout()) {
 				return err
 			}
-			m, closeFn, err := openMigrator(cmd.Context(), *cfg)
+			m, closeFn, err := t.b.Migrator(cmd.Context(), *cfg)
 			if err != nil {
 				return err
 			}
@@ -208,7 +208,7 @@ the store cannot be read. --json prints {"store", "pending", "migrations":
 			if t.noSchema(out) {
 				return nil
 			}
-			m, closeFn, err := openMigrator(cmd.Context(), *cfg)
+			m, closeFn, err := t.b.Migrator(cmd.Context(), *cfg)
 			if err != nil {
 				return err
 			}

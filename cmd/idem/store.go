@@ -119,18 +119,6 @@ func describeStore(b *backend, cfg storeConfig) string {
 	return s
 }
 
-// openMigrator opens the migrator of the backend cfg.DSN names.
-func openMigrator(ctx context.Context, cfg storeConfig) (m migration.Migrator, close func() error, err error) {
-	b, err := lookupBackend(cfg.DSN)
-	if err != nil {
-		return nil, nil, err
-	}
-	if b.Migrator == nil || b.Migrations == nil {
-		return nil, nil, fmt.Errorf("%s stores have no schema to migrate; use them directly", b.Name)
-	}
-	return b.Migrator(ctx, cfg)
-}
-
 // redactDSN hides a password in dsn so errors can show it: the password of
 // a URL's user info, and the value of a password=… (pwd=, token=, …) query
 // or keyword/value parameter. When the URL parser cannot say where the user
