@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -73,18 +74,9 @@ func PermanentError(err error) error {
 	return permanent{err}
 }
 
-// Permanent reports whether err (or an error it wraps) was marked with
-// [PermanentError].
+// Permanent reports whether err, or any error it wraps or joins, was
+// marked with [PermanentError].
 func Permanent(err error) bool {
-	for err != nil {
-		if _, ok := err.(permanent); ok {
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
+	var p permanent
+	return errors.As(err, &p)
 }

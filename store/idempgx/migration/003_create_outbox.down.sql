@@ -1,0 +1,2 @@
+DROP TABLE idem_outbox;
+DROP SEQUENCE idem_outbox_token_seq;

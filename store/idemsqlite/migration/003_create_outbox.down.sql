@@ -1,0 +1,2 @@
+DROP TABLE idem_outbox_token_counter;
+DROP TABLE idem_outbox;
