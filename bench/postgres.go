@@ -167,6 +167,11 @@ func postgresScenarios(perMessage, batched int) []*Scenario {
 }
 
 func prepPGCeiling(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	return prepPGCeilingN(ctx, env, s, BatchSize)
+}
+
+// prepPGCeilingN is the ceiling for batches of size keys.
+func prepPGCeilingN(ctx context.Context, env *Env, s *Scenario, size int) (Run, error) {
 	p, err := postgres(ctx, env)
 	if err != nil {
 		return Run{}, err
@@ -175,7 +180,7 @@ func prepPGCeiling(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 	var rows int64
 	return Run{
 		Exec: func(ctx context.Context, st Stream) error {
-			return eachBatch(ctx, s.Concurrency, len(st.Keys), BatchSize, func(ctx context.Context, _, lo, hi int) error {
+			return eachBatch(ctx, s.Concurrency, len(st.Keys), size, func(ctx context.Context, _, lo, hi int) error {
 				_, err := p.pool.Exec(ctx, q, s.ID(), sortedUnique(st.Keys[lo:hi]))
 				return err
 			})
@@ -245,6 +250,11 @@ func prepPGProcess(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 }
 
 func prepPGBatch(ctx context.Context, env *Env, s *Scenario) (Run, error) {
+	return prepPGBatchN(ctx, env, s, BatchSize)
+}
+
+// prepPGBatchN is idem's ProcessBatch for batches of size messages.
+func prepPGBatchN(ctx context.Context, env *Env, s *Scenario, size int) (Run, error) {
 	p, err := postgres(ctx, env)
 	if err != nil {
 		return Run{}, err
@@ -257,7 +267,7 @@ func prepPGBatch(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 	return Run{
 		Before: func(_ context.Context, st Stream) error { msgs = st.Messages("pg-batch"); return nil },
 		Exec: func(ctx context.Context, st Stream) error {
-			return eachBatch(ctx, s.Concurrency, len(msgs), BatchSize, func(ctx context.Context, w, lo, hi int) error {
+			return eachBatch(ctx, s.Concurrency, len(msgs), size, func(ctx context.Context, w, lo, hi int) error {
 				_, err := p.store.ProcessBatch(ctx, msgs[lo:hi], func(ctx context.Context, tx pgx.Tx, fresh []int) error {
 					return l.credit(ctx, tx, w, len(fresh))
 				})
