@@ -22,6 +22,7 @@ var QuickSizes = Sizes{PerMessage: 40, Batched: 200, Redis: 64, HTTP: 32}
 func Scenarios(sz Sizes) []*Scenario {
 	var out []*Scenario
 	out = append(out, postgresScenarios(sz.PerMessage, sz.Batched)...)
+	out = append(out, postgres1000Scenarios(sz.Batched)...)
 	out = append(out, mysqlScenarios(sz.PerMessage, sz.Batched)...)
 	out = append(out, redisScenarios(sz.Redis)...)
 	out = append(out, sqliteScenarios(sz.PerMessage, sz.Batched)...)
