@@ -80,6 +80,19 @@
 // window the same content is accepted again, and only the consumer's
 // dedupe record keeps its effect single.
 //
+// # The outbox publisher
+//
+// [OutboxPublisher] is the outbox relay's publisher (package outbox):
+// Message.Topic is the subject, Message.ID the Nats-Msg-Id (the consumer's
+// dedupe key), Message.Headers become NATS headers. A batch is sent with
+// PublishMsgAsync and every PubAck awaited, so a batch costs about one
+// round trip; a PubAck reporting a duplicate (the relay published the
+// event before a crash) confirms it like a first one. A subject no stream
+// captures, a message over the connection's max payload or the stream's
+// maximum message size, and an invalid subject, header or id are
+// permanent (the relay dead-letters the event); a disconnection or a
+// missing ack within OutboxConfig.AckTimeout is retried with the same id.
+//
 // # Tests
 //
 // The tests run against the NATS server of IDEM_NATS_URL, with uniquely
