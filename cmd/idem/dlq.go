@@ -117,23 +117,38 @@ func withDLQ(cmd *cobra.Command, cfg *dlqConfig, fn func(t *dlqTarget) error) er
 	if err := cfg.check(); err != nil {
 		return err
 	}
+	t, err := openDLQ(cfg, "idem dlq")
+	if err != nil {
+		return err
+	}
+	defer t.conn.Close()
+	return fn(t)
+}
+
+// openDLQ connects as name and checks that the dead-letter queue exists;
+// the caller closes t.conn.
+func openDLQ(cfg *dlqConfig, name string) (t *dlqTarget, err error) {
 	conn, err := amqp.DialConfig(cfg.url, amqp.Config{
 		Dial:       amqp.DefaultDial(10 * time.Second),
-		Properties: amqp.Table{"connection_name": "idem dlq"},
+		Properties: amqp.Table{"connection_name": name},
 	})
 	switch {
 	case errors.Is(err, amqp.ErrCredentials), errors.Is(err, amqp.ErrSASL):
-		return fmt.Errorf("RabbitMQ at %s refused the user name or password in --amqp (or IDEM_AMQP_URL)", redactDSN(cfg.url))
+		return nil, fmt.Errorf("RabbitMQ at %s refused the user name or password in --amqp (or IDEM_AMQP_URL)", redactDSN(cfg.url))
 	case errors.Is(err, amqp.ErrVhost):
-		return fmt.Errorf("RabbitMQ at %s: the user in --amqp has no access to the virtual host", redactDSN(cfg.url))
+		return nil, fmt.Errorf("RabbitMQ at %s: the user in --amqp has no access to the virtual host", redactDSN(cfg.url))
 	case err != nil:
-		return fmt.Errorf("cannot connect to RabbitMQ at %s: %v (is it running? check --amqp or IDEM_AMQP_URL)", redactDSN(cfg.url), err)
+		return nil, fmt.Errorf("cannot connect to RabbitMQ at %s: %v (is it running? check --amqp or IDEM_AMQP_URL)", redactDSN(cfg.url), err)
 	}
-	defer conn.Close()
-	t := &dlqTarget{conn: conn, name: cfg.deadLetterQueue()}
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
+	t = &dlqTarget{conn: conn, name: cfg.deadLetterQueue()}
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("open channel on %s: %w", redactDSN(cfg.url), err)
+		return nil, fmt.Errorf("open channel on %s: %w", redactDSN(cfg.url), err)
 	}
 	q, err := ch.QueueDeclarePassive(t.name, true, false, false, false, nil)
 	if err != nil {
@@ -143,13 +158,13 @@ func withDLQ(cmd *cobra.Command, cfg *dlqConfig, fn func(t *dlqTarget) error) er
 			if base, ok := strings.CutSuffix(cfg.queue, ".dlq"); ok && cfg.dlq == "" {
 				hint = fmt.Sprintf("--queue names the work queue: try --queue %s", base)
 			}
-			return fmt.Errorf("dead-letter queue %q does not exist on %s (%s)", t.name, redactDSN(cfg.url), hint)
+			return nil, fmt.Errorf("dead-letter queue %q does not exist on %s (%s)", t.name, redactDSN(cfg.url), hint)
 		}
-		return fmt.Errorf("inspect queue %q: %w", t.name, err)
+		return nil, fmt.Errorf("inspect queue %q: %w", t.name, err)
 	}
 	ch.Close()
 	t.ready = q.Messages
-	return fn(t)
+	return t, nil
 }
 
 func newDLQListCmd() *cobra.Command {

@@ -30,16 +30,24 @@ func newInboxCmd(a *app) *cobra.Command {
 // withInbox opens the store cfg names and runs fn with its inbox.
 func withInbox(cmd *cobra.Command, cfg *storeConfig, fn func(inbox.Admin) error) error {
 	return withStore(cmd, cfg, func(s idem.Store) error {
-		switch st := s.(type) {
-		case *idempgx.Store:
-			return fn(st.Inbox())
-		case *idemsqlite.Store:
-			return fn(st.Inbox())
-		case *idemmysql.Store:
-			return fn(st.Inbox())
+		if ib := inboxOf(s); ib != nil {
+			return fn(ib)
 		}
 		return fmt.Errorf("the store %s has no inbox (the inbox needs sqlite://, postgres:// or mysql://)", redactDSN(cfg.DSN))
 	})
+}
+
+// inboxOf returns the inbox of s, nil when its backend has none.
+func inboxOf(s idem.Store) inbox.Admin {
+	switch st := s.(type) {
+	case *idempgx.Store:
+		return st.Inbox()
+	case *idemsqlite.Store:
+		return st.Inbox()
+	case *idemmysql.Store:
+		return st.Inbox()
+	}
+	return nil
 }
 
 // inboxAge prints a duration rounded for people.
