@@ -1,0 +1,5 @@
+//go:build !race
+
+package outboxtest
+
+const raceEnabled = false
