@@ -135,6 +135,8 @@ type Run struct {
 	// Takeover is true when an earlier execution's lease expired before it
 	// completed: that execution may have done part of the work.
 	Takeover bool
+
+	env *runEnv // for StepsOf
 }
 
 // DownstreamKey derives the idempotency key to send to an external API for
@@ -254,6 +256,14 @@ func (g *Guard) do(ctx context.Context, call Call, fn func(ctx context.Context, 
 	}
 }
 
+// retention is how long call's result (and its steps) are kept.
+func (g *Guard) retention(call Call) time.Duration {
+	if call.Retention > 0 {
+		return call.Retention
+	}
+	return g.cfg.Retention
+}
+
 // replay turns a completed record into Do's return values.
 func replay(rec *Record) (Result, error) {
 	if rec == nil {
@@ -271,10 +281,11 @@ func replay(rec *Record) (Result, error) {
 }
 
 func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context.Context, Run) ([]byte, error), ev *DoEvent) (res Result, err error) {
-	run := Run{Scope: call.Scope, Key: call.Key, Token: claim.Token, Takeover: claim.Takeover}
+	run := Run{Scope: call.Scope, Key: call.Key, Token: claim.Token, Takeover: claim.Takeover,
+		env: &runEnv{store: g.store, fp: call.Fingerprint, retention: g.retention(call), lease: g.cfg.Lease, logger: g.cfg.Logger}}
 	res.Token = claim.Token
 
-	runCtx, cancelRun := context.WithCancelCause(ctx)
+	runCtx, cancelRun := context.WithCancelCause(ContextWithRun(ctx, run))
 	defer cancelRun(nil)
 	hb := g.startHeartbeat(ctx, run, cancelRun)
 	defer func() { ev.Heartbeats, ev.SlowestHeartbeat = hb.Stats() }()
@@ -325,10 +336,7 @@ func (g *Guard) run(ctx context.Context, call Call, claim Claim, fn func(context
 		return res, fmt.Errorf("%w (scope %q, key %q) before the result could be stored", ErrLeaseLost, call.Scope, call.Key)
 	}
 
-	req := CompleteRequest{Scope: call.Scope, Key: call.Key, Token: run.Token, Result: val, Retention: g.cfg.Retention}
-	if call.Retention > 0 {
-		req.Retention = call.Retention
-	}
+	req := CompleteRequest{Scope: call.Scope, Key: call.Key, Token: run.Token, Result: val, Retention: g.retention(call)}
 	if fnErr != nil {
 		req.Result, req.Failed = []byte(textcut.Cut(fnErr.Error(), g.cfg.MaxErrorBytes)), true
 	}

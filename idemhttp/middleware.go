@@ -677,7 +677,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	defer stopWatch()
 
 	ran := false
-	fn := func(ctx context.Context, _ idem.Run) ([]byte, error) {
+	fn := func(ctx context.Context, run idem.Run) ([]byte, error) {
 		mu.Lock()
 		if execCtx.Err() != nil {
 			mu.Unlock()
@@ -707,7 +707,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			defer cancel()
 		}
 		ran = true
-		next.ServeHTTP(cw, r.WithContext(hctx))
+		// idem.StepsFrom(r.Context()) gives the handler its recovery points.
+		next.ServeHTTP(cw, r.WithContext(idem.ContextWithRun(hctx, run)))
 		rec := cw.record()
 		if rec == nil {
 			return nil, errReleased

@@ -37,6 +37,8 @@ type MemoryStore struct {
 
 	mu      sync.Mutex
 	records map[recordID]*idem.Record
+	// steps are the recorded steps per operation, in Seq order (steps.go).
+	steps map[recordID][]idem.StepRecord
 	// lastToken is global rather than per key: a counter that never goes
 	// back makes tokens strictly increase per key even after Release,
 	// Delete and Purge forget the record.
@@ -48,9 +50,10 @@ type MemoryStore struct {
 type recordID struct{ scope, key string }
 
 var (
-	_ idem.Store   = (*MemoryStore)(nil)
-	_ idem.Durable = (*MemoryStore)(nil)
-	_ idem.Lister  = (*MemoryStore)(nil)
+	_ idem.Store     = (*MemoryStore)(nil)
+	_ idem.Durable   = (*MemoryStore)(nil)
+	_ idem.Lister    = (*MemoryStore)(nil)
+	_ idem.StepStore = (*MemoryStore)(nil)
 )
 
 // NewMemoryStore returns an empty in-memory store. opts may be nil.
@@ -59,6 +62,7 @@ func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
 		now:       time.Now,
 		maxResult: idem.DefaultMaxResultBytes,
 		records:   make(map[recordID]*idem.Record),
+		steps:     make(map[recordID][]idem.StepRecord),
 	}
 	if opts != nil {
 		if opts.Now != nil {
@@ -247,10 +251,11 @@ func (s *MemoryStore) Delete(ctx context.Context, scope, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := recordID{scope, key}
-	if s.records[id] == nil {
+	if s.records[id] == nil && s.steps[id] == nil {
 		return fmt.Errorf("%w: key %q in scope %q", idem.ErrNotFound, key, scope)
 	}
 	delete(s.records, id)
+	delete(s.steps, id) // a record's steps go with it (also those a Release left)
 	return nil
 }
 
@@ -269,6 +274,9 @@ func (s *MemoryStore) Purge(ctx context.Context, limit int) (int64, error) {
 		}
 		n := s.purgeBatch(limit)
 		total += int64(n)
+		if n == 0 || limit == 0 || n < limit {
+			s.purgeSteps()
+		}
 		if limit == 0 || n < limit {
 			return total, nil
 		}

@@ -121,3 +121,7 @@ func TestMemoryStoreListConformance(t *testing.T) {
 	t.Parallel()
 	storetest.RunList(t, func(t *testing.T) idem.Store { return idemtest.NewMemoryStore(nil) }, nil)
 }
+
+func TestMemoryStoreStepsConformance(t *testing.T) {
+	storetest.RunSteps(t, func(t *testing.T) idem.Store { return idemtest.NewMemoryStore(nil) }, nil)
+}
