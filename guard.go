@@ -163,6 +163,9 @@ type Result struct {
 	// Token is the fencing token of the execution that produced Value (on a
 	// replay, of the execution that completed).
 	Token int64
+	// ExpiresAt is, on a replay, when the stored record's retention ends
+	// (zero when the store did not say); zero otherwise.
+	ExpiresAt time.Time
 }
 
 // Do runs fn at most once for call's (scope, key):
@@ -269,7 +272,7 @@ func replay(rec *Record) (Result, error) {
 	if rec == nil {
 		return Result{}, errors.New("idem: store reported a completed claim without its record")
 	}
-	res := Result{Replayed: true, Token: rec.Token}
+	res := Result{Replayed: true, Token: rec.Token, ExpiresAt: rec.ExpiresAt}
 	switch {
 	case rec.Tombstone:
 		return res, ErrResultDiscarded

@@ -118,6 +118,11 @@ type Config struct {
 	// RetryAfter is sent with 409 in-flight responses. Default 1s.
 	RetryAfter time.Duration
 
+	// Cache, if set, keeps completed responses in memory so that a replay
+	// needs no store round trip; deletes and expiries reach it within
+	// Cache.MaxAge (see [ReplayCache]). Default: no cache.
+	Cache *ReplayCache
+
 	// CancelOnDisconnect makes the handler's context end when the client
 	// goes away, as plain net/http does. By default it does not: once the
 	// handler has started, a client that disconnects or times out neither
@@ -220,6 +225,8 @@ type Middleware struct {
 	methods   map[string]bool
 	allowed   map[string]bool
 	errorFunc func(http.ResponseWriter, *http.Request, *Problem)
+	cache     *replayCache // nil: no cache
+	retention time.Duration
 }
 
 // New returns a middleware over store. It refuses a store that is not
@@ -287,6 +294,18 @@ func New(store idem.Store, cfg *Config) (*Middleware, error) {
 	m.errorFunc = c.ErrorHandler
 	if m.errorFunc == nil {
 		m.errorFunc = writeError
+	}
+	if c.Cache != nil {
+		cc, err := c.Cache.validate()
+		if err != nil {
+			return nil, err
+		}
+		c.Cache = &cc
+		m.cache = newReplayCache(cc)
+	}
+	m.retention = c.Retention
+	if m.retention <= 0 {
+		m.retention = idem.DefaultRetention
 	}
 	c.Hooks = slices.Clone(c.Hooks)
 	m.starts = idem.HooksOf[RequestStartHook](c.Hooks)
@@ -657,6 +676,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 var errClientLeft = errors.New("idemhttp: the client went away before the handler started")
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, call idem.Call, raw string, ev *Event) {
+	if sr, ok := m.cache.get(call.Scope, call.Key, call.Fingerprint); ok {
+		m.writeReplay(w, sr, ev)
+		return
+	}
+	// Any record this call completes expires no earlier than this.
+	cacheUntil := time.Now().Add(m.retention)
 	cw := &captureWriter{rw: w, m: m, limit: m.cfg.MaxResponseBytes, echo: raw}
 	// The execution's context. Until the handler starts, the client's
 	// disconnect ends it (the claim, a Wait); from then on it does not,
@@ -676,7 +701,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	})
 	defer stopWatch()
 
-	ran := false
+	var (
+		ran      bool
+		recorded *storedResponse
+	)
 	fn := func(ctx context.Context, run idem.Run) ([]byte, error) {
 		mu.Lock()
 		if execCtx.Err() != nil {
@@ -713,6 +741,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if rec == nil {
 			return nil, errReleased
 		}
+		recorded = rec
 		return rec.encode(), nil
 	}
 	res, err := m.do(execCtx, r, call, fn, cw, ev)
@@ -766,6 +795,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			ev.Outcome = idem.InDoubt
 		case cw.over:
 			ev.Outcome = idem.Tombstoned
+		default:
+			m.cache.put(call.Scope, call.Key, call.Fingerprint, recorded, cacheUntil)
 		}
 		return
 	case errors.Is(err, errReleased):
@@ -778,7 +809,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	switch {
 	case err == nil:
-		m.replay(w, r, res.Value, ev)
+		m.replay(w, r, call, res, ev)
 	case errors.Is(err, idem.ErrInProgress):
 		p := newProblem(http.StatusConflict, TypeKeyInFlight, "Request with this Idempotency-Key is in flight",
 			errors.New("a request with this key is still being processed; retry later"))
@@ -790,6 +821,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		p.Err = idem.ErrFingerprintMismatch
 		m.reject(w, r, p, idem.Mismatch, ev)
 	case errors.Is(err, idem.ErrResultDiscarded):
+		m.cache.forget(call.Scope, call.Key)
 		m.discarded(w, r, ev, false)
 	case r.Context().Err() != nil:
 		// The client left (typically while waiting for an in-flight first
@@ -845,8 +877,8 @@ func (m *Middleware) discarded(w http.ResponseWriter, r *http.Request, ev *Event
 	m.reject(w, r, p, idem.Discarded, ev)
 }
 
-func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, value []byte, ev *Event) {
-	sr, err := decodeResponse(value)
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, call idem.Call, res idem.Result, ev *Event) {
+	sr, err := decodeResponse(res.Value)
 	if err != nil {
 		m.reject(w, r, newProblem(http.StatusInternalServerError, TypeStoredResponseInvalid, "Stored response invalid", err),
 			idem.Errored, ev)
@@ -856,6 +888,12 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, value []byte
 		m.discarded(w, r, ev, sr.upgraded)
 		return
 	}
+	m.cache.put(call.Scope, call.Key, call.Fingerprint, sr, res.ExpiresAt)
+	m.writeReplay(w, sr, ev)
+}
+
+// writeReplay writes a stored response as the replay of a request.
+func (m *Middleware) writeReplay(w http.ResponseWriter, sr *storedResponse, ev *Event) {
 	h := w.Header()
 	for k, vs := range sr.header {
 		h[k] = slices.Clone(vs)
