@@ -1,0 +1,107 @@
+package idemsqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/idem-go/idem/outbox/outboxtest"
+)
+
+// outboxEnv is the outbox of s, with a "published" table standing for the
+// broker in the acceptance test (no unique constraint, so duplicates show).
+func outboxEnv(tb testing.TB, s *Store) outboxtest.Env[*sql.Tx] {
+	tb.Helper()
+	if _, err := s.DB().ExecContext(context.Background(), "CREATE TABLE IF NOT EXISTS outbox_published (id TEXT NOT NULL)"); err != nil {
+		tb.Fatal(err)
+	}
+	return outboxtest.Env[*sql.Tx]{
+		Backend: s.Outbox(),
+		InTx: func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+			tx, err := s.DB().BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := fn(ctx, tx); err != nil {
+				return errors.Join(err, tx.Rollback())
+			}
+			return tx.Commit()
+		},
+		Record: func(ctx context.Context, ids []string) error {
+			tx, err := s.DB().BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO outbox_published (id) VALUES (?)", id); err != nil {
+					return errors.Join(err, tx.Rollback())
+				}
+			}
+			return tx.Commit()
+		},
+		Recorded: func(ctx context.Context) (map[string]int, error) {
+			rows, err := s.DB().QueryContext(ctx, "SELECT id, count(*) FROM outbox_published GROUP BY id")
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			out := map[string]int{}
+			for rows.Next() {
+				var (
+					id string
+					n  int
+				)
+				if err := rows.Scan(&id, &n); err != nil {
+					return nil, err
+				}
+				out[id] = n
+			}
+			return out, rows.Err()
+		},
+	}
+}
+
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	outboxtest.Run(t, func(t *testing.T) outboxtest.Env[*sql.Tx] {
+		return outboxEnv(t, newTestStore(t, nil))
+	})
+}
+
+// envOutboxDB tells a re-executed test binary to serve as an acceptance
+// relay over that database file.
+const envOutboxDB = "IDEMSQLITE_OUTBOX_RELAY_DB"
+
+// TestOutboxRelayProcess is the body of the acceptance test's relay
+// processes; it does nothing in a normal run.
+func TestOutboxRelayProcess(t *testing.T) {
+	path := os.Getenv(envOutboxDB)
+	if path == "" {
+		t.Skip("relay process of TestOutboxAcceptance")
+	}
+	s, err := Open(context.Background(), path, &Config{Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := outboxtest.ServeRelay(outboxEnv(t, s)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOutboxAcceptance: relay processes on one SQLite file SIGKILLed
+// mid-batch; every committed event is published (duplicates only under
+// its own id), none of a rolled-back transaction.
+func TestOutboxAcceptance(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, nil)
+	env := outboxEnv(t, s)
+	outboxtest.RunAcceptance(t, env, func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOutboxRelayProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envOutboxDB+"="+s.Path())
+		return cmd
+	})
+}
