@@ -79,6 +79,23 @@
 // reset re-reads everything still in the log. The error names both
 // numbers. Ping also reports an unreachable cluster.
 //
+// # The outbox publisher
+//
+// [OutboxPublisher] is the outbox relay's publisher (package outbox):
+// Message.Topic is the Kafka topic, Message.Key the record key (so the
+// events of one key land on one partition, in order), Message.ID the
+// [DefaultIDHeader] header a [Consumer] dedupes on, Message.Headers record
+// headers. A batch is produced at once and each record's produce response
+// awaited (OutboxConfig.AckTimeout bounds the wait). [NewOutboxPublisher]
+// refuses a client whose idempotent producer is off. A record too large
+// for the client or the topic's max.message.bytes, a topic that does not
+// exist, an invalid topic or id are permanent (the relay dead-letters the
+// event); everything else is retried by the relay with the same id header.
+// The broker refuses a whole batch for one oversized record, so a record
+// refused with MESSAGE_TOO_LARGE is produced once more on its own before
+// it is called permanent: its batch neighbours are not dead-lettered with
+// it.
+//
 // # Throughput
 //
 // BenchmarkPostgresEffects consumes 2,000 records from kfake into a
