@@ -3,7 +3,6 @@ package idemsqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"os"
 	"os/exec"
 	"testing"
@@ -20,47 +19,9 @@ func outboxEnv(tb testing.TB, s *Store) outboxtest.Env[*sql.Tx] {
 	}
 	return outboxtest.Env[*sql.Tx]{
 		Backend: s.Outbox(),
-		InTx: func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-			tx, err := s.DB().BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if err := fn(ctx, tx); err != nil {
-				return errors.Join(err, tx.Rollback())
-			}
-			return tx.Commit()
-		},
-		Record: func(ctx context.Context, ids []string) error {
-			tx, err := s.DB().BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			for _, id := range ids {
-				if _, err := tx.ExecContext(ctx, "INSERT INTO outbox_published (id) VALUES (?)", id); err != nil {
-					return errors.Join(err, tx.Rollback())
-				}
-			}
-			return tx.Commit()
-		},
-		Recorded: func(ctx context.Context) (map[string]int, error) {
-			rows, err := s.DB().QueryContext(ctx, "SELECT id, count(*) FROM outbox_published GROUP BY id")
-			if err != nil {
-				return nil, err
-			}
-			defer rows.Close()
-			out := map[string]int{}
-			for rows.Next() {
-				var (
-					id string
-					n  int
-				)
-				if err := rows.Scan(&id, &n); err != nil {
-					return nil, err
-				}
-				out[id] = n
-			}
-			return out, rows.Err()
-		},
+		InTx:     outboxtest.SQLInTx(s.DB()),
+		Record:   outboxtest.SQLRecord(s.DB(), "outbox_published"),
+		Recorded: outboxtest.SQLRecorded(s.DB(), "outbox_published"),
 	}
 }
 
