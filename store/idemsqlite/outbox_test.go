@@ -18,7 +18,7 @@ func outboxEnv(tb testing.TB, s *Store) outboxtest.Env[*sql.Tx] {
 		tb.Fatal(err)
 	}
 	return outboxtest.Env[*sql.Tx]{
-		Backend: s.Outbox(),
+		Backend:  s.Outbox(),
 		InTx:     outboxtest.SQLInTx(s.DB()),
 		Record:   outboxtest.SQLRecord(s.DB(), "outbox_published"),
 		Recorded: outboxtest.SQLRecorded(s.DB(), "outbox_published"),
