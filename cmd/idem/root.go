@@ -102,7 +102,7 @@ func groupCmd(use, short string, subs ...*cobra.Command) *cobra.Command {
 // noEnv names the flags that have no environment fallback: help and
 // version, and the confirmations of destructive commands, which must be
 // typed for each run (an IDEM_…_YES left in a shell would confirm them all).
-var noEnv = map[string]bool{"help": true, "version": true, "yes": true}
+var noEnv = map[string]bool{"help": true, "version": true, "yes": true, "i-own-this-target": true}
 
 // autoEnv is the environment fallback of a flag that names none of its own:
 // IDEM_, the command's path after "idem", then the flag, upper-cased with

@@ -114,6 +114,7 @@ fails, 130 when Ctrl-C (or SIGTERM) interrupted it.`,
 	for _, name := range []string{"keys", "copies", "workers", "lease", "wait", "keep", "json"} {
 		envFlag(cmd, name, "IDEM_VERIFY_"+strings.ToUpper(name))
 	}
+	cmd.AddCommand(newVerifyHTTPCmd(a))
 	return cmd
 }
 
