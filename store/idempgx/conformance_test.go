@@ -38,7 +38,12 @@ type processEnv struct {
 
 func newProcessEnv(tb testing.TB) *processEnv {
 	tb.Helper()
-	s := newStore(tb, nil)
+	return newProcessEnvOn(tb, newStore(tb, nil))
+}
+
+// newProcessEnvOn is newProcessEnv over the store s.
+func newProcessEnvOn(tb testing.TB, s *idempgx.Store) *processEnv {
+	tb.Helper()
 	e := &processEnv{s: s, effects: qualified(s, "effects")}
 	if _, err := s.Pool().Exec(context.Background(), "CREATE TABLE "+e.effects+" (key text NOT NULL)"); err != nil {
 		tb.Fatal(err)

@@ -134,6 +134,45 @@
 // them, in short statements of at most Config.PurgeBatch rows that skip rows
 // locked by live traffic; run it periodically (idem keys purge, or a ticker).
 //
+// # Retention at scale
+//
+// At 100,000 messages a second and a day of retention the table holds
+// billions of rows; deleting them row by row costs as much as inserting
+// them, and the space goes back to PostgreSQL only with a VACUUM FULL. The
+// opt-in partitioned layout retires records by dropping whole tables:
+//
+//	m, _ := idempgx.NewMigrator(pool, &idempgx.MigratorConfig{Schema: "idem"})
+//	err := m.Partition(ctx, &idempgx.PartitionOptions{Interval: time.Hour})
+//	store, _ := idempgx.New(pool, &idempgx.Config{Schema: "idem", Partitioned: true})
+//	// every few minutes, from any process (or `idem keys maintain`):
+//	rep, err := store.Maintain(ctx, nil)
+//
+// idem_records becomes PARTITION BY LIST (bucket), one table per bucket
+// (idem_records_p<n>); new records go to the current bucket, [Store.Maintain]
+// moves the writes to a new partition every Interval and drops an older one
+// once every record in it expired. Existing users keep the plain table
+// (Config.Partitioned false, the default); [Migrator.Partition] switches a
+// schema (the old table becomes partition 0, dropped once its records
+// expired), and [Store.Ping] refuses a Config that does not match the
+// schema ([ErrNotPartitioned]). The conversion rebuilds the primary key of
+// the existing rows under a lock: for a large table, partition a new schema
+// and point the stores at it once the old one's retention has passed
+// (a message then seen in both is processed twice, so drain first), or
+// purge first.
+//
+// A partitioned table's unique key must contain the partition key, so the
+// primary key is (scope, key, bucket). (scope, key) stays unique because
+// every write that may create a record checks the other partitions for the
+// key in the same statement, inserting only when there is none or when the
+// row found is one to take over (deleted by that statement), and because
+// those writes hold a shared advisory lock that a rotation takes
+// exclusively: all writes of the old bucket have ended before any write
+// reads the new one, so that check always sees them. The lock is sent in
+// the same round trip as the write. Every store semantic is unchanged
+// (the conformance suite runs on this layout while the partitions rotate
+// under it); fencing tokens still come from the one sequence, so they keep
+// increasing across partition drops.
+//
 // # Listing
 //
 // [Store.List] implements [idem.Lister] for operators (idem keys list and

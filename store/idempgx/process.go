@@ -86,7 +86,7 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 			query = s.q.processOne // a row to take over, or raced
 		}
 		var fresh bool
-		err := tx.QueryRow(ctx, query, msg.Scope, msg.Key, msg.Fingerprint[:], micros(msg.RetentionOrDefault())).Scan(&fresh)
+		err := s.writeRow(ctx, tx, query, msg.Scope, msg.Key, msg.Fingerprint[:], micros(msg.RetentionOrDefault())).Scan(&fresh)
 		if err == nil {
 			return idem.Processed, nil
 		}
@@ -232,16 +232,20 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 		m := &msgs[i]
 		scopes[n], keys[n], fps[n], rets[n] = m.Scope, m.Key, m.Fingerprint[:], micros(m.RetentionOrDefault())
 	}
-	rows, err := tx.Query(ctx, query, scopes, keys, fps, rets)
+	rows, done, err := s.writeRows(ctx, tx, query, scopes, keys, fps, rets)
 	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}
 	fresh := make(map[recordRef]bool, len(pending))
 	var ref recordRef
-	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&ref.scope, &ref.key}, func() error {
 		fresh[ref] = true
 		return nil
-	}); err != nil {
+	})
+	if derr := done(); err == nil {
+		err = derr
+	}
+	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}
 	var conflicted []int

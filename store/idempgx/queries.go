@@ -10,6 +10,10 @@ type queries struct {
 	processOne, processOneNew, processBatch, processBatchNew      string
 	processLookup                                                 string
 	listAll, listScope                                            string
+	// lockShared, in the partitioned layout, is the statement sent just
+	// before every write that may create a record (see partition.go); empty
+	// in the plain layout.
+	lockShared string
 }
 
 // takeoverCondition says when an existing row counts as absent for an
@@ -20,7 +24,10 @@ type queries struct {
 const takeoverCondition = `(r.state = 'completed' AND r.expires_at <= now())
 	OR (r.state = 'in_progress' AND r.lease_expires_at <= now() AND r.fingerprint = excluded.fingerprint)`
 
-func newQueries(schema string) queries {
+func newQueries(schema string, partitioned bool) queries {
+	if partitioned {
+		return newPartitionedQueries(schema)
+	}
 	t := pgx.Identifier{schema, "idem_records"}.Sanitize()
 	// The inserts of a completed dedupe record, for one message and for a
 	// batch, and the conflict clause that takes an expired row over.

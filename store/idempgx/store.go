@@ -38,6 +38,13 @@ type Config struct {
 	// keeps none (the store logs a warning). See "Lease holders go first"
 	// in the package documentation.
 	HolderConns int
+	// Partitioned says that the schema's idem_records is the time-
+	// partitioned layout made by [Migrator.Partition]: writes go to the
+	// current partition, and [Store.Maintain] retires whole partitions
+	// instead of deleting rows. It must match the schema ([Store.Ping]
+	// checks). Default false, the plain table. See "Retention at scale" in
+	// the package documentation.
+	Partitioned bool
 }
 
 // MaxBatch is the largest batch ProcessBatch accepts, so that one statement's
@@ -117,7 +124,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	s.cfg.HolderConns = holders
 	s.gate = storekit.NewGate(s.maxConns - holders)
 	s.schema = s.cfg.Schema
-	s.q = newQueries(s.schema)
+	s.q = newQueries(s.schema, s.cfg.Partitioned)
 	return s, nil
 }
 
@@ -146,7 +153,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if v < LatestVersion() {
 		return &NotMigratedError{Schema: s.schema, Version: v, Want: LatestVersion()}
 	}
-	return nil
+	return s.checkLayout(ctx)
 }
 
 // redactedTarget names the server without credentials, for error messages.
@@ -221,7 +228,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	defer s.done(conn, false)
 	for range maxRaceRetries {
 		var c idem.Claim
-		err := conn.QueryRow(ctx, s.q.claim, req.Scope, req.Key, req.Fingerprint[:], micros(req.Lease)).
+		err := s.writeRow(ctx, conn, s.q.claim, req.Scope, req.Key, req.Fingerprint[:], micros(req.Lease)).
 			Scan(&c.Token, &c.LeaseExpiresAt, &c.Takeover)
 		if err == nil {
 			c.Outcome = idem.Acquired
