@@ -463,3 +463,246 @@ func testStepsRaceSameName(t *testing.T, s idem.Store, ss idem.StepStore, _ conf
 		t.Errorf("contract: one step recorded by the current token, got %+v", got)
 	}
 }
+
+// StepTxEnv is one isolated environment for transactional steps
+// ([idem.StepTxStore]): a store module adapts its DoStepTx to it. The
+// effect of a step is one row, keyed by the step name, inserted in an
+// effects table inside the step's transaction.
+type StepTxEnv interface {
+	// Store is the environment's store; it implements idem.StepStore.
+	Store() idem.Store
+	// DoStepTx runs the store's DoStepTx for req with a function that
+	// inserts the effect row for req.Name and then returns result and
+	// fail (nil for success), so a non-nil fail must roll the effect back.
+	DoStepTx(ctx context.Context, req idem.StepRequest, result []byte, fail error) (idem.StepRecord, error)
+	// Effects returns the number of effect rows per step name.
+	Effects(ctx context.Context) (map[string]int, error)
+}
+
+// RunStepsTx runs the transactional-steps suite as parallel subtests of
+// one subtest named "StepsTx", and returns when all of them have
+// finished. newEnv is called once per subtest and must return an isolated
+// environment whose effects table is not unique on the name (the suite
+// counts double effects).
+//
+// It checks that effect and step commit together or not at all: a failing
+// function, a stale token, a step already recorded and a result over the
+// limit all leave no effect; 32 concurrent writes of one step (half with
+// stale tokens) leave one effect; and an old holder's transactional steps
+// racing a takeover either commit before the claim (the new holder reads
+// them) or roll back.
+func RunStepsTx(t *testing.T, newEnv func(t *testing.T) StepTxEnv) {
+	t.Helper()
+	tests := []struct {
+		name string
+		run  func(t *testing.T, env StepTxEnv)
+	}{
+		{"CommitTogether", testStepTxCommit},
+		{"RollbackTogether", testStepTxRollback},
+		{"RaceSameName", testStepTxRaceSameName},
+		{"RaceTakeover", testStepTxRaceTakeover},
+	}
+	t.Run("StepsTx", func(t *testing.T) {
+		for _, st := range tests {
+			t.Run(st.name, func(t *testing.T) {
+				t.Parallel()
+				st.run(t, newEnv(t))
+			})
+		}
+	})
+}
+
+func stepEffects(t *testing.T, env StepTxEnv) map[string]int {
+	t.Helper()
+	got, err := env.Effects(context.Background())
+	if err != nil {
+		t.Fatalf("Effects: %v", err)
+	}
+	return got
+}
+
+func testStepTxCommit(t *testing.T, env StepTxEnv) {
+	s := env.Store()
+	ss := s.(idem.StepStore)
+	cl := acquire(t, s, claimReq("tx", fp("tx"), longLease))
+	rec, err := env.DoStepTx(context.Background(), stepReq("tx", cl.Token, "create-ride", nil), []byte("ride_1"), nil)
+	if err != nil {
+		t.Fatalf("DoStepTx by the current holder: %v", err)
+	}
+	if rec.Name != "create-ride" || rec.Seq != 1 || string(rec.Result) != "ride_1" || rec.Token != cl.Token {
+		t.Errorf("contract: DoStepTx returns the step it recorded, got %+v", rec)
+	}
+	if got := steps(t, ss, "tx"); len(got) != 1 || string(got[0].Result) != "ride_1" {
+		t.Errorf("contract: a committed transactional step is recorded with fn's result, got %+v", got)
+	}
+	if got := stepEffects(t, env); got["create-ride"] != 1 {
+		t.Errorf("contract: a committed transactional step has its effect once, got %v", got)
+	}
+}
+
+func testStepTxRollback(t *testing.T, env StepTxEnv) {
+	ctx := context.Background()
+	s := env.Store()
+	ss := s.(idem.StepStore)
+	cl := acquire(t, s, claimReq("tx", fp("tx"), longLease))
+	boom := errors.New("card declined")
+	_, err := env.DoStepTx(ctx, stepReq("tx", cl.Token, "failing", nil), nil, boom)
+	wantErr(t, err, boom, "DoStepTx returns fn's error wrapped")
+	_, err = env.DoStepTx(ctx, stepReq("tx", cl.Token, "too-big", nil), make([]byte, idem.MaxStepResultBytes+1), nil)
+	wantErr(t, err, idem.ErrInvalidStep, "DoStepTx with a result over MaxStepResultBytes")
+	if _, err := env.DoStepTx(ctx, stepReq("tx", cl.Token, "done", nil), []byte("1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = env.DoStepTx(ctx, stepReq("tx", cl.Token, "done", nil), []byte("2"), nil)
+	wantErr(t, err, idem.ErrStepRecorded, "DoStepTx of a step already recorded")
+	if err := s.Release(ctx, scope, "tx", cl.Token); err != nil {
+		t.Fatal(err)
+	}
+	_, err = env.DoStepTx(ctx, stepReq("tx", cl.Token, "stale", nil), nil, nil)
+	wantErr(t, err, idem.ErrLeaseLost, "DoStepTx with a released token")
+	_, err = env.DoStepTx(ctx, stepReq("tx", cl.Token, "x y", nil), nil, nil)
+	wantErr(t, err, idem.ErrInvalidStep, "DoStepTx with an invalid name")
+	if got := stepEffects(t, env); len(got) != 1 || got["done"] != 1 {
+		t.Errorf("contract: every refused or failed transactional step rolls its effect back, effects %v (want only done: 1)", got)
+	}
+	if got := steps(t, ss, "tx"); stepNames(got) != "done" || string(got[0].Result) != "1" {
+		t.Errorf("contract: only the committed step is recorded, got %q", stepNames(got))
+	}
+}
+
+func testStepTxRaceSameName(t *testing.T, env StepTxEnv) {
+	const writers = 32
+	s := env.Store()
+	f := fp("tx-race")
+	c := acquire(t, s, claimReq("tx-race", f, longLease))
+	if err := s.Release(context.Background(), scope, "tx-race", c.Token); err != nil {
+		t.Fatal(err)
+	}
+	stale := c.Token
+	cur := acquire(t, s, claimReq("tx-race", f, longLease))
+	gate, open := start()
+	var (
+		wg            sync.WaitGroup
+		mu            sync.Mutex
+		ok, dup, lost int
+	)
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			token := cur.Token
+			if i%2 == 1 {
+				token = stale
+			}
+			<-gate
+			_, err := env.DoStepTx(context.Background(), stepReq("tx-race", token, "pay", nil), []byte(fmt.Sprint(i)), nil)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, idem.ErrStepRecorded):
+				dup++
+			case errors.Is(err, idem.ErrLeaseLost):
+				lost++
+			default:
+				t.Errorf("unexpected error: %v", err)
+			}
+		}()
+	}
+	open()
+	wg.Wait()
+	if ok != 1 || lost != writers/2 {
+		t.Errorf("contract: %d concurrent transactional writes of one step: exactly 1 commits, every stale token gets ErrLeaseLost; got %d ok, %d already recorded, %d lease lost", writers, ok, dup, lost)
+	}
+	if got := stepEffects(t, env); got["pay"] != 1 {
+		t.Errorf("contract: one effect for one step, got %d", got["pay"])
+	}
+}
+
+func testStepTxRaceTakeover(t *testing.T, env StepTxEnv) {
+	const writers, perWriter, claimers = 8, 4, 8
+	s := env.Store()
+	ss := s.(idem.StepStore)
+	f := fp("tx-takeover")
+	old := acquire(t, s, claimReq("tx-takeover", f, shortTTL))
+	time.Sleep(expiryWait)
+	gate, open := start()
+	firstWrite := make(chan struct{})
+	var firstOnce sync.Once
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		written []string
+		readBy  map[string]bool
+		winners int
+	)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			for i := range perWriter {
+				name := fmt.Sprintf("w%d-%d", w, i)
+				_, err := env.DoStepTx(context.Background(), stepReq("tx-takeover", old.Token, name, nil), nil, nil)
+				firstOnce.Do(func() { close(firstWrite) })
+				mu.Lock()
+				if err == nil {
+					written = append(written, name)
+				} else if !errors.Is(err, idem.ErrLeaseLost) {
+					t.Errorf("unexpected error: %v", err)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-firstWrite
+			c, err := s.Claim(context.Background(), claimReq("tx-takeover", f, longLease))
+			if err != nil {
+				t.Errorf("claim: %v", err)
+				return
+			}
+			if c.Outcome != idem.Acquired {
+				return
+			}
+			recs, err := ss.Steps(context.Background(), scope, "tx-takeover")
+			mu.Lock()
+			defer mu.Unlock()
+			winners++
+			if err != nil {
+				t.Errorf("steps: %v", err)
+				return
+			}
+			readBy = map[string]bool{}
+			for _, r := range recs {
+				readBy[r.Name] = true
+			}
+		}()
+	}
+	open()
+	wg.Wait()
+	if winners != 1 {
+		t.Fatalf("contract: exactly one takeover, got %d", winners)
+	}
+	for _, name := range written {
+		if !readBy[name] {
+			t.Errorf("contract: transactional step %q of the old holder committed after the takeover's claim", name)
+		}
+	}
+	effects := stepEffects(t, env)
+	total := 0
+	for _, n := range effects {
+		total += n
+	}
+	if total != len(written) {
+		t.Errorf("contract: effects commit exactly with their steps: %d steps committed, %d effects", len(written), total)
+	}
+	t.Logf("%d transactional steps of the old holder committed before the takeover", len(written))
+}

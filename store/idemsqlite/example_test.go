@@ -65,7 +65,7 @@ func Example() {
 	}
 	fmt.Println("balance:", amount)
 	// Output:
-	// applied migrations: [1 2]
+	// applied migrations: [1 2 3 4]
 	// processed
 	// duplicate
 	// duplicate

@@ -675,13 +675,17 @@ func (s *Store) Delete(ctx context.Context, scope, key string) error {
 		return err
 	}
 	return s.inTx(ctx, "delete", func(tx *sql.Tx, _ int64) error {
+		steps, err := deleteSteps(ctx, tx, scope, key)
+		if err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND key = ?", scope, key)
 		if err != nil {
 			return fmt.Errorf("idemsqlite: delete: %w", classify(err))
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return fmt.Errorf("idemsqlite: delete: %w", classify(err))
-		} else if n == 0 {
+		} else if n == 0 && steps == 0 {
 			return fmt.Errorf("%w: scope %q, key %q", idem.ErrNotFound, scope, key)
 		}
 		return nil
@@ -699,7 +703,7 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 	if limit == 0 {
 		limit = DefaultPurgeBatch
 	}
-	return s.inBatches(ctx, "purge", limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
+	n, err := s.inBatches(ctx, "purge", limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
 		res, err := tx.ExecContext(ctx, `DELETE FROM idem_records WHERE (scope, key) IN (
 	SELECT scope, key FROM idem_records WHERE expires_at <= ? LIMIT ?)`, now, limit)
 		if err != nil {
@@ -707,6 +711,10 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 		}
 		return res, nil
 	})
+	if err == nil {
+		err = s.purgeSteps(ctx, limit)
+	}
+	return n, err
 }
 
 // inBatches runs stmt, which changes at most limit rows, each time in a
