@@ -75,6 +75,25 @@
 // itself (StartMessageMoveTask); [Purge] empties a queue. The command
 // line's "idem dlq sqs list|show|redrive|purge" runs them.
 //
+// # The outbox publisher
+//
+// [OutboxPublisher] is the outbox relay's publisher (package outbox):
+// Message.Topic is the queue URL, Message.ID the AttrID attribute (and, on
+// a FIFO queue, the MessageDeduplicationId, so SQS drops the relay's
+// repeat within five minutes), Message.Key the FIFO MessageGroupId
+// (OutboxConfig.DefaultGroupID without one), Message.Headers String
+// attributes. Messages go out with SendMessageBatch, ten and
+// MaxMessageBytes per call at most, and each entry's result is its
+// message's: a sender's fault is permanent (the relay dead-letters the
+// event), any other failure retried. A body SQS cannot carry (empty, not
+// UTF-8, characters SQS forbids), a message over MaxMessageBytes, more
+// than ten attributes and a missing queue are permanent before or without
+// a retry. goaws drops the attributes of batch entries, and does not
+// report a FIFO message's group and deduplication id: against it the
+// tests use OutboxConfig.OneByOne (one SendMessage per message) to check
+// the id attribute end to end, and a fake speaking the SQS JSON protocol
+// to check what a batch sends and how per-entry failures are read.
+//
 // # What is proven against what
 //
 // The package's tests run against goaws v0.4.5, a local SQS-compatible
