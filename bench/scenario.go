@@ -53,7 +53,7 @@ const (
 )
 
 // Groups lists the groups in report order.
-var Groups = []string{GroupPostgres, GroupPostgres1000, GroupMySQL, GroupRedis, GroupSQLite, GroupHTTP, GroupConsumer}
+var Groups = []string{GroupPostgres, GroupPostgres1000, GroupRetention, GroupMySQL, GroupRedis, GroupSQLite, GroupHTTP, GroupConsumer}
 
 // Needs names the services a scenario needs.
 type Needs int

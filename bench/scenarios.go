@@ -23,6 +23,7 @@ func Scenarios(sz Sizes) []*Scenario {
 	var out []*Scenario
 	out = append(out, postgresScenarios(sz.PerMessage, sz.Batched)...)
 	out = append(out, postgres1000Scenarios(sz.Batched)...)
+	out = append(out, retentionScenarios(sz.Batched)...)
 	out = append(out, mysqlScenarios(sz.PerMessage, sz.Batched)...)
 	out = append(out, redisScenarios(sz.Redis)...)
 	out = append(out, sqliteScenarios(sz.PerMessage, sz.Batched)...)
