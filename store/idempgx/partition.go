@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The partitioned layout (opt-in, see "Retention at scale" in the package
@@ -269,6 +270,18 @@ WHERE n.nspname = $1 AND c.relname = 'idem_records'`, schema).Scan(&kind)
 		return 0, fmt.Errorf("idempgx: look up idem_records in %s: %w", schema, classify(err))
 	}
 	return (*kind)[0], nil
+}
+
+// IsPartitioned reports whether schema's idem_records has the partitioned
+// layout of [Migrator.Partition], for tools that open stores on schemas
+// of either layout (set Config.Partitioned to the answer). A schema without
+// idem_records is not partitioned.
+func IsPartitioned(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error) {
+	if schema == "" {
+		schema = "public"
+	}
+	kind, err := relkind(ctx, pool, schema)
+	return kind == 'p', err
 }
 
 // checkLayout verifies that Config.Partitioned matches the schema.
