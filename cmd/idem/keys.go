@@ -20,7 +20,7 @@ func init() { commands = append(commands, newKeysCmd) }
 
 func newKeysCmd(a *app) *cobra.Command {
 	return groupCmd("keys", "List, find, inspect, delete and purge stored idempotency records",
-		newKeysListCmd(), newKeysFindCmd(), newKeysGetCmd(), newKeysDeleteCmd(), newKeysPurgeCmd())
+		newKeysListCmd(), newKeysFindCmd(), newKeysGetCmd(), newKeysDeleteCmd(), newKeysPurgeCmd(), newKeysMaintainCmd())
 }
 
 // withStore opens the store cfg names, runs fn and closes the store.

@@ -37,7 +37,12 @@ var postgresBackend = sqlBackend[*pgxpool.Pool]{
 		return pool, func() error { pool.Close(); return nil }, nil
 	},
 	store: func(pool *pgxpool.Pool, cfg storeConfig) (sqlStore, error) {
-		return idempgx.New(pool, &idempgx.Config{Schema: cfg.Schema})
+		// Either layout: the plain table or the partitioned one (idem keys maintain --partition).
+		partitioned, err := idempgx.IsPartitioned(context.Background(), pool, cfg.Schema)
+		if err != nil {
+			return nil, err
+		}
+		return idempgx.New(pool, &idempgx.Config{Schema: cfg.Schema, Partitioned: partitioned})
 	},
 	migrator: func(pool *pgxpool.Pool, cfg storeConfig) (migration.Migrator, error) {
 		return idempgx.NewMigrator(pool, &idempgx.MigratorConfig{Schema: cfg.Schema})
