@@ -82,7 +82,10 @@ Redis keeps a small token stub per deleted key for an hour so that fencing
 tokens never go back. The storm reports its progress (calls done, rate, time
 left) every few seconds, on one line on a terminal. The fencing check waits out
 one --lease. The exit status is 0 only when every check passes, 1 when one
-fails, 130 when Ctrl-C (or SIGTERM) interrupted it.`,
+fails, 130 when Ctrl-C (or SIGTERM) interrupted it.
+
+"idem verify http" checks an HTTP endpoint the same way: yours, behind idem
+proxy, the idemhttp middleware or an Idempotency-Key implementation of your own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -342,5 +344,36 @@ func TestVerifyHTTPErrors(t *testing.T) {
 	}
 	if !strings.Contains(r.Stdout, "; 1 requests") {
 		t.Errorf("a refused endpoint got more than one request:\n%s", r.Stdout)
+	}
+}
+
+// Ctrl-C during a check stops the run: exit 130, the checks done so far
+// printed, nothing more sent.
+func TestVerifyHTTPInterrupted(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var requests atomic.Int64
+	api := &fakeAPI{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 3 { // the storm's first
+			cancel()
+		}
+		api.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	var out, errOut bytes.Buffer
+	code := runEnv(ctx, []string{"verify", "http", "--url", srv.URL, "--body", `{"a":1}`, "--rate", "300"}, &out, &errOut,
+		func(string) string { return "" })
+	if code != exitInterrupted || !strings.Contains(errOut.String(), "interrupted") {
+		t.Fatalf("exit %d, stderr %s", code, errOut.String())
+	}
+	if v, _ := checkLine(t, out.String(), "replay"); v != "PASS" || strings.Contains(out.String(), "storm ") {
+		t.Fatalf("stdout:\n%s", out.String())
+	}
+	sent := requests.Load()
+	time.Sleep(200 * time.Millisecond)
+	if requests.Load() != sent || sent > 2+httpcheck.DefaultRequests+1 {
+		t.Fatalf("%d requests, then %d", sent, requests.Load())
 	}
 }

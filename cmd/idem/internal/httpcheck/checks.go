@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idem-go/idem/retry"
 )
 
 // counter is the server's execution count at the start of a check.
@@ -563,7 +565,7 @@ func (r *runner) checkExpiry(ctx context.Context) (Result, string) {
 		return Fail, fmt.Sprintf("key %s: the first request got %s", key, r.describe(a))
 	}
 	wait := r.cfg.TTL + max(time.Second, r.cfg.TTL/10)
-	if err := sleep(ctx, wait); err != nil {
+	if err := retry.Sleep(ctx, wait); err != nil {
 		return Fail, err.Error()
 	}
 	b, _ := r.answered(ctx, q)

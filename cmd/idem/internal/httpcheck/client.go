@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/idem-go/idem/retry"
 )
 
 // runner sends the checks' requests: rate-limited, within the run's budget,
@@ -162,7 +164,9 @@ func (r *runner) build(ctx context.Context, q request) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header = r.cfg.Header.Clone()
+	if req.Header = r.cfg.Header.Clone(); req.Header == nil {
+		req.Header = http.Header{}
+	}
 	for name, vs := range q.header {
 		req.Header[http.CanonicalHeaderKey(name)] = append([]string(nil), vs...)
 	}
@@ -242,7 +246,7 @@ func (r *runner) answered(ctx context.Context, q request) (response, int) {
 		if !ok {
 			d = 100 * time.Millisecond
 		}
-		if err := sleep(ctx, min(max(d, 50*time.Millisecond), 2*time.Second)); err != nil {
+		if err := retry.Sleep(ctx, min(max(d, 50*time.Millisecond), 2*time.Second)); err != nil {
 			return response{err: err}, conflicts
 		}
 	}
@@ -252,7 +256,7 @@ func (r *runner) answered(ctx context.Context, q request) (response, int) {
 // request, of a request the server kept running) to end: three times the
 // slowest answer so far, 200 ms to 5 s.
 func (r *runner) settle(ctx context.Context) error {
-	return sleep(ctx, min(max(3*time.Duration(r.slowest.Load()), 200*time.Millisecond), 5*time.Second))
+	return retry.Sleep(ctx, min(max(3*time.Duration(r.slowest.Load()), 200*time.Millisecond), 5*time.Second))
 }
 
 // cut sends q on a connection of its own and closes the connection as soon
@@ -411,17 +415,6 @@ func retryAfter(h http.Header) (time.Duration, bool) {
 	return 0, false
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
-}
-
 // bucket is a token bucket: rate tokens a second, at most burst at once.
 type bucket struct {
 	mu     sync.Mutex
@@ -448,7 +441,7 @@ func (b *bucket) wait(ctx context.Context) error {
 		}
 		d := time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
 		b.mu.Unlock()
-		if err := sleep(ctx, d); err != nil {
+		if err := retry.Sleep(ctx, d); err != nil {
 			return err
 		}
 	}
