@@ -68,6 +68,7 @@ type Store struct {
 	cfg    Config
 	schema string
 	q      queries
+	sq     stepQueries
 
 	// gate keeps HolderConns of the pool's maxConns connections from
 	// every call but a lease holder's.
@@ -125,6 +126,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	s.gate = storekit.NewGate(s.maxConns - holders)
 	s.schema = s.cfg.Schema
 	s.q = newQueries(s.schema, s.cfg.Partitioned)
+	s.sq = newStepQueries(s.schema)
 	return s, nil
 }
 
@@ -364,11 +366,22 @@ func (s *Store) Delete(ctx context.Context, scope, key string) error {
 		return err
 	}
 	defer s.done(conn, false)
-	tag, err := conn.Exec(ctx, s.q.delete, scope, key)
+	// The record and its steps go in one transaction, the record first:
+	// a step write in flight holds the record's row lock, and one that
+	// comes after finds no lease.
+	var tag, steps pgconn.CommandTag
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		var err error
+		if tag, err = tx.Exec(ctx, s.q.delete, scope, key); err != nil {
+			return err
+		}
+		steps, err = tx.Exec(ctx, s.sq.deleteAll, scope, key)
+		return err
+	})
 	if err != nil {
 		return s.wrap("delete", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if tag.RowsAffected() == 0 && steps.RowsAffected() == 0 {
 		return fmt.Errorf("idempgx: delete %q: %w", key, idem.ErrNotFound)
 	}
 	return nil
@@ -396,7 +409,7 @@ func (s *Store) Purge(ctx context.Context, limit int) (int64, error) {
 			if total > 0 {
 				s.cfg.Logger.DebugContext(ctx, "idempgx: purged expired records", "schema", s.schema, "rows", total)
 			}
-			return total, nil
+			return total, s.purgeSteps(ctx, limit)
 		}
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("idempgx: purge: %w", err)
