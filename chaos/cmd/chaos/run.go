@@ -105,6 +105,7 @@ type result struct {
 	overdue                         int
 	err                             error
 	lostIDs, dupIDs, wrongIDs       []string
+	notes                           []string
 }
 
 func (r *result) passed() bool {
@@ -234,6 +235,9 @@ wait:
 	defer cancel()
 	if err := check(cctx, e, sc, kinds, res); err != nil && res.err == nil {
 		res.err = fmt.Errorf("check: %w", err)
+	}
+	if sc.notes != nil {
+		res.notes = sc.notes(e, cctx)
 	}
 	res.wall = time.Since(start)
 	return res
@@ -399,6 +403,12 @@ func check(ctx context.Context, e *env, sc *scenario, kinds map[string]string, r
 	res.deadIDs = len(dlids)
 	e.mu.Unlock()
 	for id, n := range eff {
+		if _, ok := kinds[id]; !ok {
+			// An effect of a message never published (the outbox
+			// scenarios: of a rolled-back transaction's event).
+			res.wrongDead++
+			res.wrongIDs = append(res.wrongIDs, id+"(effect, never published)")
+		}
 		res.effects += n
 		if n > 1 {
 			res.duplicated += n - 1
@@ -463,6 +473,9 @@ func (r *result) report(w io.Writer) {
 	settle := "not settled"
 	if r.settled {
 		settle = "settled in " + r.settle.Round(100*time.Millisecond).String()
+	}
+	for _, n := range r.notes {
+		fmt.Fprintf(w, "    %s\n", n)
 	}
 	fmt.Fprintf(w, "    %s, wall %s, slowest shutdown %s (%d past the bound)\n",
 		settle, r.wall.Round(100*time.Millisecond), r.slowestExit.Round(10*time.Millisecond), r.overdue)

@@ -38,6 +38,8 @@ type scenario struct {
 	// refreshDead updates e.dead for stores read by query (the inbox).
 	refreshDead func(e *env, ctx context.Context) error
 	work        func(ctx context.Context, s spec) error
+	// notes, when set, adds lines to the report (after the check).
+	notes func(e *env, ctx context.Context) []string
 }
 
 func steps(fs ...func(*env, context.Context) error) func(*env, context.Context) error {

@@ -29,6 +29,9 @@ type spec struct {
 	// consumer's.
 	Lease   time.Duration
 	AckWait time.Duration
+	// Role is "relay" for an outbox relay process (outbox.go), "" for a
+	// consumer.
+	Role string `json:",omitempty"`
 }
 
 const specEnv = "CHAOS_SPEC"
