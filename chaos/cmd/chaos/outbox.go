@@ -146,7 +146,6 @@ type outboxRun struct {
 	relays                   *fleet
 	stopChaos                func()
 	committed, repeats, back int
-	relayKills, relayStops   int
 }
 
 var (
