@@ -499,8 +499,30 @@ func (s *Store) Delete(ctx context.Context, scope, key string) error {
 		return err
 	}
 	return s.gated(ctx, "delete", func() error {
-		res, err := s.db.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND `key` = ?", scope, key)
-		return s.changedOne(res, err, "delete", key, idem.ErrNotFound)
+		// The record and its steps go in one transaction, the record first:
+		// a step write in flight holds the record's row lock, and one that
+		// comes after finds no lease.
+		var records, steps int64
+		err := s.inTx(ctx, "delete", func(tx *sql.Tx) (bool, error) {
+			res, err := tx.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND `key` = ?", scope, key)
+			if err == nil {
+				records, err = res.RowsAffected()
+			}
+			if err == nil {
+				res, err = tx.ExecContext(ctx, "DELETE FROM idem_steps WHERE scope = ? AND `key` = ?", scope, key)
+			}
+			if err == nil {
+				steps, err = res.RowsAffected()
+			}
+			if err != nil {
+				return false, s.wrap("delete", err)
+			}
+			return true, nil
+		})
+		if err == nil && records == 0 && steps == 0 {
+			err = fmt.Errorf("idemmysql: delete %q: %w", key, idem.ErrNotFound)
+		}
+		return err
 	})
 }
 
@@ -560,7 +582,7 @@ func (s *Store) purge(ctx context.Context, limit int) (int64, error) {
 	if err := s.purgeTokens(ctx, "idem_tokens"); err != nil {
 		return total, err
 	}
-	return total, nil
+	return total, s.purgeSteps(ctx, limit)
 }
 
 // purgeTokens deletes the spent rows of a token table, all but the newest.
