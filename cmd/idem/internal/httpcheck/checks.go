@@ -101,6 +101,7 @@ func (r *runner) checkReplay(ctx context.Context) (Result, string) {
 	key := newKey("replay")
 	q := request{key: key, body: r.cfg.Body}
 	first, _ := r.answered(ctx, q)
+	r.latency = first.at.Sub(first.sent)
 	if !first.ok() {
 		r.gate = "the endpoint did not answer the first request with a 2xx"
 		return Fail, fmt.Sprintf("key %s: the first request got %s; every other check needs a 2xx (check the URL, --method, --body and -H)", key, r.describe(first))
@@ -470,15 +471,36 @@ func (r *runner) checkKeyLimits(ctx context.Context) (Result, string) {
 }
 
 // checkDisconnect: a request cut right after it was sent and its retry
-// run the operation once in all.
+// run the operation once in all. It cuts twice, under two keys: at once
+// (the server may not have started: it must then run nothing, or record
+// what it ran), and half an execution later (the server most likely
+// runs it: the retry must get its answer, not a second run).
 func (r *runner) checkDisconnect(ctx context.Context) (Result, string) {
+	mid := min(max(r.latency/2, 10*time.Millisecond), 2*time.Second)
+	worst := Pass
+	var ev []string
+	for _, c := range []struct {
+		name string
+		hold time.Duration
+	}{{"cut at once", 0}, {fmt.Sprintf("cut after %v", mid.Round(time.Millisecond)), mid}} {
+		res, s := r.disconnectOnce(ctx, c.hold)
+		worst = worse(worst, res)
+		if res != Pass {
+			s = string(res) + " " + s
+		}
+		ev = append(ev, c.name+": "+s)
+	}
+	return worst, strings.Join(ev, "; ")
+}
+
+func (r *runner) disconnectOnce(ctx context.Context, hold time.Duration) (Result, string) {
 	cnt, err := r.startCount(ctx)
 	if err != nil {
 		return Fail, err.Error()
 	}
 	key := newKey("disconnect")
 	q := request{key: key, body: r.cfg.Body}
-	if err := r.cut(ctx, q); err != nil {
+	if err := r.cut(ctx, q, hold); err != nil {
 		return Fail, fmt.Sprintf("key %s: send the request to cut: %v", key, r.redact(err.Error()))
 	}
 	retry, conflicts := r.answered(ctx, q)
@@ -495,11 +517,11 @@ func (r *runner) checkDisconnect(ctx context.Context) (Result, string) {
 	}
 	switch {
 	case !retry.ok():
-		return Fail, fmt.Sprintf("key %s: the retry of a cut request got %s%s", key, r.describe(retry), after)
+		return Fail, fmt.Sprintf("key %s: the retry of the cut request got %s%s", key, r.describe(retry), after)
 	case cnt.ok && d > 1:
 		return Fail, fmt.Sprintf("key %s: the cut request and its retry ran %d times%s; the retry got %s", key, d, cev, r.describe(retry))
 	case retry.replayed(r.cfg.ReplayHeader):
-		return Pass, fmt.Sprintf("key %s: the retry%s got the replay of the cut request's run, %s%s", key, after, r.describe(retry), cev)
+		return Pass, fmt.Sprintf("key %s: the retry%s got the replay of the cut request's run%s", key, after, cev)
 	case cnt.ok && d == 1:
 		return Pass, fmt.Sprintf("key %s: the cut request did not run; its retry%s ran once%s", key, after, cev)
 	case cnt.ok:

@@ -36,6 +36,9 @@ type runner struct {
 
 	// gate, once set, is why every check left is skipped.
 	gate string
+	// latency is how long the replay check's first request took to be
+	// answered: one execution, about.
+	latency time.Duration
 
 	sent, budget atomic.Int64
 	// slowest is the longest answer seen, in nanoseconds: how long the
@@ -261,7 +264,9 @@ func (r *runner) settle(ctx context.Context) error {
 
 // cut sends q on a connection of its own and closes the connection as soon
 // as the request's last byte is written, without reading anything.
-func (r *runner) cut(ctx context.Context, q request) error {
+// With a hold, it waits that long first (without reading), so that the
+// server is likely to have started the request when the connection goes.
+func (r *runner) cut(ctx context.Context, q request, hold time.Duration) error {
 	if err := r.take(ctx); err != nil {
 		return err
 	}
@@ -284,6 +289,9 @@ func (r *runner) cut(ctx context.Context, q request) error {
 	_ = conn.SetWriteDeadline(time.Now().Add(r.cfg.Timeout))
 	req.Close = true
 	err = req.Write(conn)
+	if err == nil && hold > 0 {
+		err = retry.Sleep(ctx, hold)
+	}
 	if cerr := conn.Close(); err == nil {
 		err = cerr
 	}

@@ -120,7 +120,7 @@ func TestDialRefusesRemote(t *testing.T) {
 	if !errors.Is(a.err, errLoopbackOnly) {
 		t.Fatalf("request to a remote address: %v", a.err)
 	}
-	if err := r.cut(t.Context(), request{key: "k"}); !errors.Is(err, errLoopbackOnly) {
+	if err := r.cut(t.Context(), request{key: "k"}, 0); !errors.Is(err, errLoopbackOnly) {
 		t.Fatalf("cut to a remote address: %v", err)
 	}
 	if _, err := Run(t.Context(), Config{URL: "http://localhost.invalid./x"}, nil); err == nil {
