@@ -41,8 +41,9 @@ one line per check, PASS, FAIL, WARN or SKIP with its evidence:
   missing key      400 with --require-key, a pass-through otherwise
   key limits       a 255-byte key works; 4096 bytes, non-ASCII and empty keys
                    are refused; none runs twice
-  disconnect       a request whose connection is cut right after it was sent,
-                   then its retry: one execution in all
+  disconnect       a request whose connection is cut right after it was sent
+                   (and one cut half an execution later), then its retry: one
+                   execution in all
   scope isolation  with --principal-a and --principal-b: B never gets A's answer
   expiry           with --ttl: once the retention passed, the key runs again
 

@@ -26,8 +26,8 @@
 //     printable ASCII and an empty key are refused, and none ever runs
 //     twice;
 //   - disconnect: a request whose connection is cut right after its bytes
-//     were written (a raw net.Conn, not http.Client) and its retry run the
-//     operation once in all;
+//     were written (a raw net.Conn, not http.Client), and one cut half an
+//     execution later, each with its retry, run the operation once in all;
 //   - scope isolation: with Config.PrincipalA and PrincipalB, B never gets
 //     A's response for the same key;
 //   - expiry: with Config.TTL, the key runs again once its retention
