@@ -145,13 +145,14 @@ FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
 				wg      sync.WaitGroup
 				retErr  error
 				retired time.Duration
+				count   int64
 			)
 			retCtx, stop := context.WithCancel(ctx)
 			defer stop()
 			if retire {
 				wg.Go(func() {
 					start := time.Now()
-					retErr = retireLoop(retCtx, store, partitioned)
+					count, retErr = retireLoop(retCtx, store, partitioned, int64(rows))
 					retired = time.Since(start)
 				})
 			}
@@ -162,7 +163,7 @@ FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
 			stop()
 			wg.Wait()
 			if retire && os.Getenv("IDEM_BENCH_VERBOSE") != "" {
-				fmt.Fprintf(os.Stderr, "%s: retention ran %v\n", s.Name, retired.Round(time.Millisecond))
+				fmt.Fprintf(os.Stderr, "%s: retention ran %v beside the claims and retired %d rows\n", s.Name, retired.Round(time.Millisecond), count)
 			}
 			return errors.Join(err, retErr)
 		},
@@ -179,27 +180,32 @@ FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
 	}, nil
 }
 
-// retireLoop runs the retention until ctx ends: Purge on the plain table
-// (DELETE batches of 1,000 until none is left, again every 100 ms),
-// Maintain on the partitioned layout (which drops the partition that fill
-// left expired), every 100 ms.
-func retireLoop(ctx context.Context, store *idempgx.Store, partitioned bool) error {
+// retireLoop runs the retention until ctx ends and returns how many rows
+// it retired: Purge on the plain table (DELETE batches of 1,000 until none
+// is left, again every 100 ms), Maintain on the partitioned layout (which
+// drops the partition of rows expired rows that fill left), every 100 ms.
+func retireLoop(ctx context.Context, store *idempgx.Store, partitioned bool, rows int64) (int64, error) {
+	var retired int64
 	for {
 		var err error
 		if partitioned {
-			_, err = store.Maintain(ctx, nil)
+			var rep idempgx.MaintainReport
+			rep, err = store.Maintain(ctx, nil)
+			retired += rows * int64(len(rep.Dropped))
 		} else {
-			_, err = store.Purge(ctx, 0)
+			var n int64
+			n, err = store.Purge(ctx, 0)
+			retired += n
 		}
 		if ctx.Err() != nil {
-			return nil // stopped with the run, possibly mid-statement
+			return retired, nil // stopped with the run, possibly mid-statement
 		}
 		if err != nil {
-			return err
+			return retired, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return retired, nil
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
