@@ -90,7 +90,8 @@
 // refuses a client whose idempotent producer is off. A record too large
 // for the client or the topic's max.message.bytes, a topic that does not
 // exist, an invalid topic or id are permanent (the relay dead-letters the
-// event); everything else is retried by the relay with the same id header.
+// event); everything else is retried by the relay with the same id header
+// (an outage as idem.Retryable, not counted toward its MaxAttempts).
 // The broker refuses a whole batch for one oversized record, so a record
 // refused with MESSAGE_TOO_LARGE is produced once more on its own before
 // it is called permanent: its batch neighbours are not dead-lettered with

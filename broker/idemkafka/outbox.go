@@ -40,7 +40,10 @@ type OutboxConfig struct {
 // Permanent errors ([outbox.PermanentError]): a record too large for the
 // client's batch limit or the broker, a topic that does not exist (after
 // the client's UnknownTopicRetries) or is invalid, an invalid id, and a
-// message without a topic. Everything else is retryable.
+// message without a topic. Everything else is retried by the relay: a
+// missing produce response, a lost connection or a retriable broker error
+// is marked idem.Retryable (an outage, which the relay's MaxAttempts does
+// not count); any other broker error counts as an attempt.
 type OutboxPublisher struct {
 	cl  *kgo.Client
 	cfg OutboxConfig
@@ -120,7 +123,7 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) []
 	errs := slices.Clone(results)
 	for i := range errs {
 		if !answered[i] {
-			errs[i] = fmt.Errorf("idemkafka: produce %q to %q: no produce response: %w", msgs[i].ID, msgs[i].Topic, context.Cause(ctx))
+			errs[i] = idem.Retryable(fmt.Errorf("idemkafka: produce %q to %q: no produce response: %w", msgs[i].ID, msgs[i].Topic, context.Cause(ctx)))
 		}
 	}
 	mu.Unlock()
@@ -188,5 +191,12 @@ func (p *OutboxPublisher) wrap(m outbox.Message, err error) error {
 			return outbox.PermanentError(err)
 		}
 	}
-	return err
+	var ke *kerr.Error
+	if errors.As(err, &ke) && !ke.Retriable {
+		return err // refused by the broker for another reason: counts as an attempt
+	}
+	// A retriable broker error, a record timeout, a lost connection, no
+	// answer: the broker is away, which the relay does not count as an
+	// attempt.
+	return idem.Retryable(err)
 }

@@ -184,8 +184,8 @@ func TestOutboxServerDown(t *testing.T) {
 	}
 	start := time.Now()
 	for i, err := range p.Publish(context.Background(), msgs) {
-		if err == nil || outbox.Permanent(err) {
-			t.Fatalf("message %d: %v, want a retryable error", i, err)
+		if err == nil || outbox.Permanent(err) || !idem.IsRetryable(err) {
+			t.Fatalf("message %d: %v, want an idem.Retryable error", i, err)
 		}
 	}
 	if d := time.Since(start); d > 30*time.Second {

@@ -91,7 +91,9 @@
 // captures, a message over the connection's max payload or the stream's
 // maximum message size, and an invalid subject, header or id are
 // permanent (the relay dead-letters the event); a disconnection or a
-// missing ack within OutboxConfig.AckTimeout is retried with the same id.
+// missing ack within OutboxConfig.AckTimeout is idem.Retryable (an outage
+// the relay retries with the same id without counting it toward
+// MaxAttempts).
 //
 // # Tests
 //

@@ -36,7 +36,10 @@ type OutboxConfig struct {
 // Permanent errors ([outbox.PermanentError]): a subject no stream captures,
 // a message over the connection's max payload or the stream's maximum
 // message size, an invalid subject or header, an invalid id. Everything
-// else (a disconnection, a missing ack, a full stream) is retryable.
+// else is retried by the relay: a disconnection or a missing ack is marked
+// idem.Retryable (an outage, which the relay's MaxAttempts does not
+// count), an error answer of the stream (a full stream, say) counts as an
+// attempt.
 //
 // Create the JetStream context with [jetstream.WithPublishAsyncTimeout]
 // (at most AckTimeout): the client then also forgets an ack that never
@@ -136,10 +139,14 @@ func (p *OutboxPublisher) wrap(m outbox.Message, err error) error {
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrBadHeaderMsg):
 		return outbox.PermanentError(err)
-	case errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum):
+	case errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return outbox.PermanentError(err)
+	case errors.As(err, &api):
+		return err // the stream refused it (full, say): counts as an attempt
 	}
-	return err
+	// No ack, a lost connection, no responders from an existing stream:
+	// the broker is away, which the relay does not count as an attempt.
+	return idem.Retryable(err)
 }
 
 // natsMsg builds the JetStream message of m, or says why it cannot be

@@ -258,8 +258,8 @@ func TestOutboxServerDown(t *testing.T) {
 			if err == nil && i > 0 {
 				t.Fatalf("message %d confirmed while the server was away", i)
 			}
-			if err != nil && outbox.Permanent(err) {
-				t.Fatalf("message %d: %v is permanent; an outage must be retried", i, err)
+			if err != nil && (outbox.Permanent(err) || !idem.IsRetryable(err)) {
+				t.Fatalf("message %d: %v; an outage must be idem.Retryable, not permanent", i, err)
 			}
 		}
 	}
@@ -313,7 +313,7 @@ func TestOutboxCanceled(t *testing.T) {
 	cancel()
 	errs := p.Publish(ctx, []outbox.Message{{ID: "a", Topic: prefix + ".x"}, {ID: "b", Topic: prefix + ".x"}})
 	for i, err := range errs {
-		if !errors.Is(err, context.Canceled) || outbox.Permanent(err) {
+		if !errors.Is(err, context.Canceled) || outbox.Permanent(err) || !idem.IsRetryable(err) {
 			t.Fatalf("message %d: %v, want a retryable context.Canceled", i, err)
 		}
 	}

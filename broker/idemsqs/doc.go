@@ -85,7 +85,8 @@
 // attributes. Messages go out with SendMessageBatch, ten and
 // MaxMessageBytes per call at most, and each entry's result is its
 // message's: a sender's fault is permanent (the relay dead-letters the
-// event), any other failure retried. A body SQS cannot carry (empty, not
+// event), any other failure retried (an outage, throttling or SQS's own
+// fault as idem.Retryable, not counted toward the relay's MaxAttempts). A body SQS cannot carry (empty, not
 // UTF-8, characters SQS forbids), a message over MaxMessageBytes, more
 // than ten attributes and a missing queue are permanent before or without
 // a retry. goaws drops the attributes of batch entries, and does not

@@ -54,8 +54,10 @@ type OutboxConfig struct {
 // contents or attributes) is permanent, as are a message over
 // MaxMessageBytes, a body SQS cannot carry (not UTF-8, or characters
 // outside what SQS allows), more than ten attributes, an invalid id, and
-// a queue that does not exist. Everything else (throttling, a server
-// error, a network failure) is retryable.
+// a queue that does not exist. Everything else is retried by the relay:
+// throttling, a server fault and a network failure are marked
+// idem.Retryable (an outage, which the relay's MaxAttempts does not
+// count); a call refused as the sender's fault counts as an attempt.
 type OutboxPublisher struct {
 	client *sqs.Client
 	cfg    OutboxConfig
@@ -194,13 +196,15 @@ func (p *OutboxPublisher) sendBatch(ctx context.Context, queue string, msgs []ou
 		e := fmt.Errorf("idemsqs: send %q to %s: %s: %s", m.ID, queue, aws.ToString(f.Code), aws.ToString(f.Message))
 		if f.SenderFault {
 			e = outbox.PermanentError(e)
+		} else {
+			e = idem.Retryable(e) // SQS's own fault
 		}
 		errs[chunk[k].i] = e
 	}
 	for k, ok := range answered {
 		if !ok {
 			m := msgs[chunk[k].i]
-			errs[chunk[k].i] = fmt.Errorf("idemsqs: send %q to %s: SendMessageBatch did not answer for the entry", m.ID, queue)
+			errs[chunk[k].i] = idem.Retryable(fmt.Errorf("idemsqs: send %q to %s: SendMessageBatch did not answer for the entry", m.ID, queue))
 		}
 	}
 }
@@ -222,8 +226,8 @@ func (p *OutboxPublisher) sendEach(ctx context.Context, msgs []outbox.Message, o
 	wg.Wait()
 }
 
-// wrap names the message in a call's error and marks a missing queue as
-// permanent.
+// wrap names the message in a call's error, marks a missing queue as
+// permanent and an outage as idem.Retryable.
 func (p *OutboxPublisher) wrap(m outbox.Message, err error) error {
 	err = fmt.Errorf("idemsqs: send %q to %s: %w", m.ID, m.Topic, err)
 	var missing *types.QueueDoesNotExist
@@ -231,7 +235,12 @@ func (p *OutboxPublisher) wrap(m outbox.Message, err error) error {
 	if errors.As(err, &missing) || (errors.As(err, &api) && (strings.Contains(api.ErrorCode(), "NonExistentQueue") || api.ErrorCode() == "QueueDoesNotExist")) {
 		return outbox.PermanentError(err)
 	}
-	return err
+	if errors.As(err, &api) && api.ErrorFault() == smithy.FaultClient && !strings.Contains(api.ErrorCode(), "Throttl") && api.ErrorCode() != "RequestThrottled" {
+		return err // refused as the sender's fault: counts as an attempt
+	}
+	// No answer, a lost connection, a server fault, throttling: SQS is
+	// away or busy, which the relay does not count as an attempt.
+	return idem.Retryable(err)
 }
 
 // input builds the SendMessage request of m and its size as SQS counts

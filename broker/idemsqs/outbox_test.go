@@ -232,8 +232,8 @@ func TestOutboxServerDown(t *testing.T) {
 		}
 		msgs := events(url+"/000000000000/orders", 12, "down")
 		for i, err := range p.Publish(context.Background(), msgs) {
-			if err == nil || outbox.Permanent(err) {
-				t.Fatalf("one by one %v, message %d: %v, want a retryable error", oneByOne, i, err)
+			if err == nil || outbox.Permanent(err) || !idem.IsRetryable(err) {
+				t.Fatalf("one by one %v, message %d: %v, want an idem.Retryable error", oneByOne, i, err)
 			}
 		}
 	}
@@ -312,7 +312,7 @@ func TestOutboxEntryResults(t *testing.T) {
 				t.Errorf("message %d: %v, want permanent", i, err)
 			}
 		case 2, 3:
-			if err == nil || outbox.Permanent(err) {
+			if err == nil || outbox.Permanent(err) || !idem.IsRetryable(err) {
 				t.Errorf("message %d: %v, want retryable", i, err)
 			}
 		default:
