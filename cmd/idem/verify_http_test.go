@@ -302,26 +302,35 @@ func TestVerifyHTTPErrors(t *testing.T) {
 		wants []string
 	}{
 		{[]string{"verify", "http"}, exitUsage, []string{"--url is required"}},
-		{[]string{"verify", "http", "--url", "ftp://x"}, exitUsage, []string{"invalid URL"}},
+		{[]string{"verify", "http", "--url", "ftp://x"}, exitUsage, []string{"invalid --url"}},
 		{[]string{"verify", "http", "--url", closedURL + "/orders"}, exitFailure, []string{"cannot reach", "refused"}},
-		{[]string{"verify", "http", "--url", "http://192.0.2.1:8080/orders"}, exitUsage, []string{"192.0.2.1", "not a loopback address", "--i-own-this-target"}},
-		{[]string{"verify", "http", "--url", url, "--count-url", "http://192.0.2.1/count"}, exitUsage, []string{"not a loopback address"}},
+		{[]string{"verify", "http", "--url", "http://192.0.2.1:8080/orders"}, exitUsage, []string{"--url: 192.0.2.1", "not a loopback address", "--i-own-this-target"}},
+		{[]string{"verify", "http", "--url", url, "--count-url", "http://192.0.2.1/count"}, exitUsage, []string{"--count-url: 192.0.2.1", "not a loopback address"}},
 		{[]string{"verify", "http", "--url", url, "--body", "{nope"}, exitUsage, []string{"--body", "not valid JSON"}},
 		{[]string{"verify", "http", "--url", url, "--body", "@" + filepath.Join(t.TempDir(), "missing.json")}, exitUsage, []string{"--body", "no such file"}},
 		{[]string{"verify", "http", "--url", url, "-H", "NoColon"}, exitUsage, []string{"-H", "want Name: value"}},
 		{[]string{"verify", "http", "--url", url, "-H", "Bad Name: x"}, exitUsage, []string{"-H", "invalid name"}},
 		{[]string{"verify", "http", "--url", url, "-H", "Idempotency-Key: k"}, exitUsage, []string{"set by each check"}},
-		{[]string{"verify", "http", "--url", url, "--requests", "1000"}, exitUsage, []string{"2-100"}},
-		{[]string{"verify", "http", "--url", url, "--rate", "0.5"}, exitUsage, []string{"rate"}},
-		{[]string{"verify", "http", "--url", url, "--ttl", "1h"}, exitUsage, []string{"ttl"}},
-		{[]string{"verify", "http", "--url", url, "--same", "id"}, exitUsage, []string{"not a JSON pointer"}},
-		{[]string{"verify", "http", "--url", url, "--mismatch-status", "200"}, exitUsage, []string{"4xx"}},
+		{[]string{"verify", "http", "--url", url, "--requests", "1000"}, exitUsage, []string{"--requests must be 2-100"}},
+		{[]string{"verify", "http", "--url", url, "--rate", "0.5"}, exitUsage, []string{"--rate must be"}},
+		{[]string{"verify", "http", "--url", url, "--ttl", "1h"}, exitUsage, []string{"--ttl must be"}},
+		{[]string{"verify", "http", "--url", url, "--count-pointer", "/n"}, exitUsage, []string{"--count-pointer needs --count-url"}},
+		{[]string{"verify", "http", "--url", url, "--same", "id"}, exitUsage, []string{"--same", "not a JSON pointer"}},
+		{[]string{"verify", "http", "--url", url, "--mismatch-status", "200"}, exitUsage, []string{"--mismatch-status must be a 4xx"}},
 		{[]string{"verify", "http", "--url", url, "--principal-a", "Authorization: x"}, exitUsage, []string{"two principals"}},
+		{[]string{"verify", "http", "--url", url, "--principal-b", "Authorization Bearer secret-q:x"}, exitUsage, []string{"--principal-b", `header starting "Authorization"`, "invalid name"}},
+		{[]string{"verify", "http", "--url", url, "-H", "Authorization Bearer secret-q"}, exitUsage, []string{"-H", `header starting "Authorization"`, "want Name: value"}},
 		{[]string{"verify", "http", "--url", url, "--count-url", srv.URL + "/count"}, exitFailure, []string{"count URL", "not a whole number"}},
 		{[]string{"verify", "http", "--url", url, "--i-own-this-target", "--body", "@" + bodyFile, "--requests", "1"}, exitUsage, []string{"2-100"}},
 	} {
-		wantExit(t, runCLI(t, nil, tc.args...), tc.code, tc.wants...)
+		r := runCLI(t, nil, tc.args...)
+		wantExit(t, r, tc.code, tc.wants...)
+		if strings.Contains(r.Stderr, "secret-") {
+			t.Errorf("%v: the error shows a credential: %s", tc.args, r.Stderr)
+		}
 	}
+	// Every flag has an IDEM_VERIFY_HTTP_* fallback.
+	wantExit(t, runCLI(t, map[string]string{"IDEM_VERIFY_HTTP_URL": "http://192.0.2.1/x"}, "verify", "http"), exitUsage, "--url: 192.0.2.1")
 	// The confirmation is typed for each run: no environment variable gives it.
 	wantExit(t, runCLI(t, map[string]string{"IDEM_VERIFY_HTTP_I_OWN_THIS_TARGET": "true"}, "verify", "http", "--url", "http://192.0.2.1/"),
 		exitUsage, "not a loopback address")

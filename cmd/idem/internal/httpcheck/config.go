@@ -88,93 +88,100 @@ type Config struct {
 	AllowRemote bool
 }
 
-// ErrConfig is wrapped by every error of a Config that cannot run.
+// ErrConfig is matched (errors.Is) by every error of a Config that cannot
+// run. The errors name the CLI's flags: the package is the CLI's.
 var ErrConfig = errors.New("httpcheck: invalid configuration")
 
+// configError is an error of a Config, in the words of the CLI's flags.
+type configError struct{ msg string }
+
+func (e configError) Error() string        { return e.msg }
+func (e configError) Is(target error) bool { return target == ErrConfig }
+
 func configErrorf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	return configError{fmt.Sprintf(format, args...)}
 }
 
 // normalize fills the defaults and refuses what cannot run.
 func (c *Config) normalize() (*url.URL, error) {
 	u, err := url.Parse(c.URL)
 	if c.URL == "" {
-		return nil, configErrorf("the URL is required")
+		return nil, configErrorf("--url is required")
 	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, configErrorf("invalid URL %q: want an absolute http:// or https:// URL", redactURL(c.URL))
+		return nil, configErrorf("invalid --url %q: want an absolute http:// or https:// URL", redactURL(c.URL))
 	}
 	if c.Method == "" {
 		c.Method = http.MethodPost
 	}
 	if !isToken(c.Method) {
-		return nil, configErrorf("invalid method %q", c.Method)
+		return nil, configErrorf("invalid --method %q", cut(c.Method, 20))
 	}
 	c.Method = strings.ToUpper(c.Method)
 	if c.KeyHeader == "" {
 		c.KeyHeader = DefaultKeyHeader
 	}
 	if !isToken(c.KeyHeader) {
-		return nil, configErrorf("invalid key header name %q", c.KeyHeader)
+		return nil, configErrorf("invalid --key-header %q: want a header name", cut(c.KeyHeader, 40))
 	}
 	if c.ReplayHeader == "" {
 		c.ReplayHeader = DefaultReplayHeader
 	}
 	if !isToken(c.ReplayHeader) {
-		return nil, configErrorf("invalid replay header name %q", c.ReplayHeader)
+		return nil, configErrorf("invalid --replay-header %q: want a header name", cut(c.ReplayHeader, 40))
 	}
 	if c.MismatchStatus == 0 {
 		c.MismatchStatus = DefaultMismatchStatus
 	}
 	if c.MismatchStatus < 400 || c.MismatchStatus > 499 {
-		return nil, configErrorf("the mismatch status must be a 4xx, got %d", c.MismatchStatus)
+		return nil, configErrorf("--mismatch-status must be a 4xx, got %d", c.MismatchStatus)
 	}
 	if c.Requests == 0 {
 		c.Requests = DefaultRequests
 	}
 	if c.Requests < 2 || c.Requests > MaxRequests {
-		return nil, configErrorf("the storm's requests must be 2-%d, got %d", MaxRequests, c.Requests)
+		return nil, configErrorf("--requests must be 2-%d, got %d", MaxRequests, c.Requests)
 	}
 	if c.Rate == 0 {
 		c.Rate = DefaultRate
 	}
 	if c.Rate < 1 || c.Rate > MaxRate {
-		return nil, configErrorf("the rate must be 1-%d requests per second, got %v", MaxRate, c.Rate)
+		return nil, configErrorf("--rate must be 1-%d requests per second, got %v", MaxRate, c.Rate)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
 	if c.Timeout < 0 {
-		return nil, configErrorf("the timeout must be positive, got %v", c.Timeout)
+		return nil, configErrorf("--timeout must be positive, got %v", c.Timeout)
 	}
 	if c.TTL < 0 || c.TTL > MaxTTL {
-		return nil, configErrorf("the ttl must be 0 (no expiry check) to %v, got %v", MaxTTL, c.TTL)
+		return nil, configErrorf("--ttl must be 0 (no expiry check) to %v, got %v", MaxTTL, c.TTL)
 	}
 	if len(c.Body) > MaxBodyBytes || len(c.MismatchBody) > MaxBodyBytes {
 		return nil, configErrorf("a request body is limited to %d bytes", MaxBodyBytes)
 	}
-	for _, p := range []struct{ flag, v string }{{"count pointer", c.CountPointer}, {"same pointer", c.Same}} {
+	for _, p := range []struct{ flag, v string }{{"--count-pointer", c.CountPointer}, {"--same", c.Same}} {
 		if p.v != "" && !strings.HasPrefix(p.v, "/") {
-			return nil, configErrorf("the %s %q is not a JSON pointer: want one such as /id", p.flag, p.v)
+			return nil, configErrorf("%s %q is not a JSON pointer: want one such as /id", p.flag, cut(p.v, 40))
 		}
 	}
 	if c.CountPointer != "" && c.CountURL == "" {
-		return nil, configErrorf("a count pointer needs a count URL")
+		return nil, configErrorf("--count-pointer needs --count-url")
 	}
 	if c.CountURL != "" {
 		cu, err := url.Parse(c.CountURL)
 		if err != nil || (cu.Scheme != "http" && cu.Scheme != "https") || cu.Host == "" {
-			return nil, configErrorf("invalid count URL %q: want an absolute http:// or https:// URL", redactURL(c.CountURL))
+			return nil, configErrorf("invalid --count-url %q: want an absolute http:// or https:// URL", redactURL(c.CountURL))
 		}
 	}
 	if (len(c.PrincipalA) == 0) != (len(c.PrincipalB) == 0) {
-		return nil, configErrorf("scope isolation needs the headers of two principals, A and B")
+		return nil, configErrorf("scope isolation needs the headers of two principals: give both --principal-a and --principal-b")
 	}
 	for _, h := range []http.Header{c.Header, c.PrincipalA, c.PrincipalB} {
 		for name := range h {
 			switch http.CanonicalHeaderKey(name) {
 			case http.CanonicalHeaderKey(c.KeyHeader):
-				return nil, configErrorf("header %s is set by each check (a fresh key each)", name)
+				return nil, configErrorf("header %s is set by each check (a fresh key each); name it with --key-header", name)
 			case "Content-Length", "Transfer-Encoding", "Connection", "Host":
 				return nil, configErrorf("header %s cannot be set", name)
 			}
@@ -195,10 +202,11 @@ func ParseHeader(line string) (name, value string, err error) {
 	name, value, ok := strings.Cut(line, ":")
 	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
 	switch {
+	// The line is never echoed whole: its value may be a credential.
 	case !ok:
-		return "", "", fmt.Errorf("header %q: want Name: value", cut(line, 40))
+		return "", "", fmt.Errorf("header starting %q: want Name: value", firstWord(line))
 	case !isToken(name):
-		return "", "", fmt.Errorf("header %q: invalid name %q", cut(line, 40), cut(name, 40))
+		return "", "", fmt.Errorf("header starting %q: invalid name (want letters, digits and -)", firstWord(name))
 	}
 	for _, r := range value {
 		if (r < 0x20 && r != '\t') || r == 0x7f {
@@ -250,9 +258,15 @@ func isToken(s string) bool {
 	return true
 }
 
-// checkLoopback resolves the host of u and refuses it unless every address
-// is a loopback address.
-func checkLoopback(ctx context.Context, u *url.URL) error {
+// firstWord is the start of s up to its first space, at most 24 bytes.
+func firstWord(s string) string {
+	w, _, _ := strings.Cut(strings.TrimSpace(s), " ")
+	return cut(w, 24)
+}
+
+// checkLoopback resolves the host of u, given by flag, and refuses it
+// unless every address is a loopback address.
+func checkLoopback(ctx context.Context, flag string, u *url.URL) error {
 	host := u.Hostname()
 	var ips []net.IP
 	if ip := net.ParseIP(host); ip != nil {
@@ -260,7 +274,7 @@ func checkLoopback(ctx context.Context, u *url.URL) error {
 	} else {
 		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 		if err != nil {
-			return fmt.Errorf("resolve %s: %w", host, err)
+			return fmt.Errorf("%s: resolve %s: %w", flag, host, err)
 		}
 		for _, a := range addrs {
 			ips = append(ips, a.IP)
@@ -268,15 +282,21 @@ func checkLoopback(ctx context.Context, u *url.URL) error {
 	}
 	for _, ip := range ips {
 		if !ip.IsLoopback() {
-			return fmt.Errorf("%w: %s resolves to %s, which is not a loopback address; a target you own and may load may be checked with --i-own-this-target",
-				ErrRemote, host, ip)
+			return remoteError{fmt.Sprintf("%s: %s is %s, not a loopback address; only a target you own and may load can be checked, with --i-own-this-target",
+				flag, host, ip)}
 		}
 	}
 	return nil
 }
 
-// ErrRemote is wrapped by the refusal of a target that is not loopback.
+// ErrRemote is matched (errors.Is) by the refusal of a target that is not
+// loopback.
 var ErrRemote = errors.New("httpcheck: remote target refused")
+
+type remoteError struct{ msg string }
+
+func (e remoteError) Error() string        { return e.msg }
+func (e remoteError) Is(target error) bool { return target == ErrRemote }
 
 // redactURL hides a password in a URL.
 func redactURL(s string) string {

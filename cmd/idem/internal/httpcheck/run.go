@@ -104,13 +104,12 @@ func Run(ctx context.Context, cfg Config, each func(CheckResult)) (Report, error
 	}
 	rep := Report{Target: target.Redacted(), Method: cfg.Method, KeyHeader: cfg.KeyHeader, Checks: []CheckResult{}}
 	if !cfg.AllowRemote {
-		urls := []*url.URL{target}
+		if err := checkLoopback(ctx, "--url", target); err != nil {
+			return rep, err
+		}
 		if cfg.CountURL != "" {
 			cu, _ := url.Parse(cfg.CountURL)
-			urls = append(urls, cu)
-		}
-		for _, u := range urls {
-			if err := checkLoopback(ctx, u); err != nil {
+			if err := checkLoopback(ctx, "--count-url", cu); err != nil {
 				return rep, err
 			}
 		}
