@@ -152,8 +152,11 @@ type Options struct {
 	// (1-1000); after that the message is reported as failing. Default 20;
 	// the pause between them grows from 5 ms to 250 ms.
 	MaxAttempts int
-	// Timeout bounds one delivery, one Effects call and a child process's
-	// start. Default 30s.
+	// Timeout bounds one delivery (its context's deadline), one Effects
+	// call and a child process's start. A delivery that fails after its
+	// deadline, or is still running at twice the timeout (it is then
+	// abandoned), fails the scenario and skips the scenarios after it.
+	// Default 30s.
 	Timeout time.Duration
 	// TimedFaults is how many cancellations (and, in a subprocess, kills)
 	// land at delays spread over the handler's measured duration when the
@@ -265,9 +268,12 @@ func Run(t testing.TB, target Target, opts *Options) Report {
 	r := &runner{t: t, target: target, o: o, nonce: nonce()}
 	for _, s := range Scenarios() {
 		res := ScenarioResult{Scenario: s}
-		if slices.Contains(o.Skip, s) {
+		switch {
+		case slices.Contains(o.Skip, s):
 			res.Skipped = "skipped by Options.Skip"
-		} else {
+		case r.hung.Load():
+			res.Skipped = "an earlier delivery did not finish in time"
+		default:
 			r.play(s, &res)
 		}
 		for _, f := range res.Failures {

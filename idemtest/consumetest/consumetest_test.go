@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/idemtest"
@@ -526,5 +527,72 @@ func TestDurableConsumerSurvivesKills(t *testing.T) {
 	wantFailures(t, r, rep, nil)
 	if s, _ := rep.Scenario(consumetest.Kill); s.Skipped != "" || s.Messages != 2 || s.Effects != 2 {
 		t.Errorf("kill: %+v", s)
+	}
+}
+
+// A mark-before-run consumer whose mark is durable loses the message that
+// was killed between the mark and the effect.
+func TestCatchesMarkBeforeRunKilled(t *testing.T) {
+	t.Parallel()
+	f := newFileLedger(t)
+	marks := &fileLedger{path: filepath.Join(consumetest.Dir(t), "marks.log")}
+	r := &recorder{TB: t}
+	rep := consumetest.Run(r, consumetest.Target{
+		Deliver: func(ctx context.Context, d consumetest.Delivery) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if n, err := marks.count(d.ID); err != nil || n > 0 {
+				return err
+			}
+			if err := marks.append(ctx, d.ID); err != nil {
+				return err
+			}
+			consumetest.Point(ctx)
+			return f.append(ctx, d.ID)
+		},
+		Effects:    f.effects,
+		Subprocess: true,
+	}, &consumetest.Options{Messages: 2, Copies: 3, ChangedBody: consumetest.Ignored, Skip: []consumetest.Scenario{consumetest.Sequential}})
+	wantFailures(t, r, rep, []string{"cancel", "panic", "kill"},
+		"expected 1 effect, got 0: lost (cancelled at point 1 of 1",
+		"expected 1 effect, got 0: lost (panicked at point 1 of 1",
+		"expected 1 effect, got 0: lost (SIGKILL at point 1, then redelivered to a restarted process; delivered 2×)")
+	if s, _ := rep.Scenario(consumetest.Kill); s.Lost != 1 || s.Duplicated != 0 {
+		t.Errorf("kill: %+v", s)
+	}
+}
+
+// A delivery that does not finish in time fails its scenario once and
+// skips the rest, whether the handler gives up at its context's deadline
+// or ignores the context altogether.
+func TestHungDelivery(t *testing.T) {
+	t.Parallel()
+	l := newLedger()
+	for _, tc := range []struct {
+		name  string
+		block func(ctx context.Context) error
+	}{
+		{"deadline", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+		{"ignores-context", func(ctx context.Context) error { <-t.Context().Done(); return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := &recorder{TB: t}
+			rep := consumetest.Run(r, consumetest.Target{
+				Deliver: func(ctx context.Context, d consumetest.Delivery) error {
+					if d.Attempt == 2 {
+						return tc.block(ctx)
+					}
+					return l.apply(ctx, d.ID)
+				},
+				Effects: l.effects,
+			}, &consumetest.Options{Timeout: 50 * time.Millisecond})
+			wantFailures(t, r, rep, []string{"twice"}, `delivery 2 did not finish within 50ms (Options.Timeout; it returned `)
+			for _, s := range rep.Scenarios[2:] {
+				if s.Skipped != "an earlier delivery did not finish in time" {
+					t.Errorf("%s: skipped %q", s.Scenario, s.Skipped)
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -25,6 +26,9 @@ type runner struct {
 	// durations how long clean first deliveries took.
 	points    int
 	durations []time.Duration
+	// hung is set when a delivery did not finish in time: the scenarios
+	// after it are skipped.
+	hung atomic.Bool
 }
 
 // scenario is one scenario being played.
@@ -169,6 +173,9 @@ func (sc *scenario) deliver(id string, body []byte, first *injector) bool {
 		if err == nil {
 			return true
 		}
+		if errors.Is(err, errHung) {
+			return false
+		}
 		last = err
 		time.Sleep(pause/2 + rand.N(pause/2+1))
 		pause = min(2*pause, 250*time.Millisecond)
@@ -177,10 +184,16 @@ func (sc *scenario) deliver(id string, body []byte, first *injector) bool {
 	return false
 }
 
-// deliverOnce calls Target.Deliver once, with in's fault, and recovers a
-// panic.
-func (sc *scenario) deliverOnce(id string, body []byte, in *injector) (err error) {
-	ctx, cancelTimeout := context.WithTimeout(context.Background(), sc.r.o.Timeout)
+// errHung ends the redeliveries of a message whose delivery did not
+// finish within Options.Timeout.
+var errHung = errors.New("consumetest: the delivery did not finish in time")
+
+// deliverOnce calls Target.Deliver once, with in's fault, on a goroutine
+// of its own: a panic is recovered there, and a delivery still running
+// at twice Options.Timeout is abandoned (errHung).
+func (sc *scenario) deliverOnce(id string, body []byte, in *injector) error {
+	timeout := sc.r.o.Timeout
+	ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -191,23 +204,50 @@ func (sc *scenario) deliverOnce(id string, body []byte, in *injector) (err error
 		t := time.AfterFunc(in.after, in.timed)
 		defer t.Stop()
 	}
-	start := time.Now()
-	defer func() {
-		if v := recover(); v != nil {
-			if _, ok := v.(injectedPanic); !ok {
-				sc.fail("id %q: the handler panicked on delivery %d: %v", id, d.Attempt, v)
-			}
-			err = fmt.Errorf("consumetest: panic: %v", v)
-		}
-		if err != nil {
-			sc.failed()
-			return
-		}
-		if n, _ := in.passed(); sc.clean && d.Attempt == 1 && in.kind == noFault {
-			sc.r.measured(n, time.Since(start))
-		}
+	type result struct {
+		err      error
+		panicked any
+		took     time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		var res result
+		start := time.Now()
+		defer func() {
+			res.panicked, res.took = recover(), time.Since(start)
+			done <- res
+		}()
+		res.err = sc.r.target.Deliver(ctx, d)
 	}()
-	return sc.r.target.Deliver(ctx, d)
+	abandon := time.NewTimer(2 * timeout)
+	defer abandon.Stop()
+	var res result
+	select {
+	case res = <-done:
+	case <-abandon.C:
+		res.err, res.took = errHung, 2*timeout
+	}
+	if errors.Is(res.err, errHung) || (res.err != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded)) {
+		sc.failed()
+		sc.r.hung.Store(true)
+		sc.fail("id %q: delivery %d did not finish within %v (Options.Timeout; it returned %v): the handler is blocked, or slower than the timeout; the remaining scenarios are skipped",
+			id, d.Attempt, timeout, res.err)
+		return errHung
+	}
+	if res.panicked != nil {
+		if _, ok := res.panicked.(injectedPanic); !ok {
+			sc.fail("id %q: the handler panicked on delivery %d: %v", id, d.Attempt, res.panicked)
+		}
+		res.err = fmt.Errorf("consumetest: panic: %v", res.panicked)
+	}
+	if res.err != nil {
+		sc.failed()
+		return res.err
+	}
+	if n, _ := in.passed(); sc.clean && d.Attempt == 1 && in.kind == noFault {
+		sc.r.measured(n, res.took)
+	}
+	return nil
 }
 
 // measured records a clean first delivery: points passed, duration.
