@@ -34,8 +34,9 @@ type Target struct {
 	// idempotent (an idem.Processor's Process, consume.GuardProcess, ...),
 	// and returns when the handler is done. A nil error acknowledges the
 	// delivery; an error makes the kit deliver it again later, as a broker
-	// redelivers an unacknowledged message. It is called from many
-	// goroutines at once. Required.
+	// redelivers an unacknowledged message, unless it wraps
+	// [ErrDeadLettered]. It is called from many goroutines at once. [Engine]
+	// returns one for a consume.Engine. Required.
 	Deliver func(ctx context.Context, d Delivery) error
 	// Effects reports how many times the message id took effect: rows
 	// written, credits applied, emails recorded as sent. It must read

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/idemtest/consumetest"
+	"github.com/idem-go/idem/retry"
 )
 
 // recorder is a testing.TB that records failures instead of failing, so a
@@ -595,4 +597,43 @@ func TestHungDelivery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The consumer engine of idem's broker adapters, with GuardProcess,
+// passes; a changed body is dead-lettered (rejected).
+func TestEngineConsumerPasses(t *testing.T) {
+	t.Parallel()
+	l := newLedger()
+	g := idem.NewGuard(idemtest.NewMemoryStore(nil), nil)
+	e, err := consume.New(consume.GuardProcess(g, func(ctx context.Context, _ idem.Run, d consume.Delivery) error {
+		consumetest.Point(ctx)
+		return l.apply(ctx, d.ID())
+	}), &consume.Config{Name: "payments", Retry: &retry.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{TB: t}
+	rep := consumetest.Run(r, consumetest.Target{Deliver: consumetest.Engine(e), Effects: l.effects}, nil)
+	wantFailures(t, r, rep, nil)
+	if s, _ := rep.Scenario(consumetest.ChangedBody); s.Verdict != consumetest.Rejected {
+		t.Errorf("changed body: %+v", s)
+	}
+}
+
+// A message the engine dead-letters is not delivered again, and reported
+// lost with the reason.
+func TestEngineDeadLetterIsLost(t *testing.T) {
+	t.Parallel()
+	l := newLedger()
+	e, err := consume.New(func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
+		return "", errors.New("card declined")
+	}, &consume.Config{Name: "payments", Retry: &retry.Policy{MaxAttempts: 2, Base: time.Millisecond, Cap: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{TB: t}
+	only := slices.DeleteFunc(consumetest.Scenarios(), func(s consumetest.Scenario) bool { return s == consumetest.Once })
+	rep := consumetest.Run(r, consumetest.Target{Deliver: consumetest.Engine(e), Effects: l.effects}, &consumetest.Options{Messages: 1, Skip: only})
+	wantFailures(t, r, rep, []string{"once"},
+		`expected 1 effect, got 0: lost (consumetest: dead-lettered (max_attempts): card declined; delivered 2×)`)
 }

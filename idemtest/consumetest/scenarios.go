@@ -176,6 +176,10 @@ func (sc *scenario) deliver(id string, body []byte, first *injector) bool {
 		if errors.Is(err, errHung) {
 			return false
 		}
+		if errors.Is(err, ErrDeadLettered) {
+			sc.note(id, "%v", err)
+			return false
+		}
 		last = err
 		time.Sleep(pause/2 + rand.N(pause/2+1))
 		pause = min(2*pause, 250*time.Millisecond)

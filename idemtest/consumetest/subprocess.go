@@ -45,6 +45,9 @@ const (
 	lineStart    = "start"
 	linePoint    = "point "
 	lineReturned = "returned "
+	// lineDeadLettered follows lineReturned when the error wraps
+	// ErrDeadLettered.
+	lineDeadLettered = "dead-lettered "
 )
 
 // maxChildOutput bounds the child's output kept for failure messages.
@@ -90,6 +93,10 @@ func serveChild(t testing.TB, target Target, o Options) {
 		}}
 		say(lineStart)
 		err := deliverChild(target, o, r, in)
+		if errors.Is(err, ErrDeadLettered) {
+			say(lineReturned + lineDeadLettered + oneLine(err.Error()))
+			continue
+		}
 		if err != nil {
 			say(lineReturned + "error " + oneLine(err.Error()))
 			continue
@@ -409,6 +416,11 @@ func (sc *scenario) redeliverChild(c *child, id string) bool {
 			break
 		}
 		if last == "ok" {
+			return true
+		}
+		if strings.HasPrefix(last, lineDeadLettered) {
+			sc.failed()
+			sc.note(id, "%s in the restarted process", strings.TrimSpace(last))
 			return true
 		}
 		sc.failed()
