@@ -108,6 +108,8 @@ func TestCluster(t *testing.T) {
 			&storetest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 		storetest.RunList(t, func(t *testing.T) idem.Store { return newStore(t, c, nil) },
 			&storetest.ListOptions{Unordered: true})
+		storetest.RunSteps(t, func(t *testing.T) idem.Store { return newStore(t, c, nil) },
+			&storetest.Options{ClockPrecision: time.Millisecond, ExpiresByTTL: true})
 	})
 }
 

@@ -528,7 +528,11 @@ func (s *Store) Delete(ctx context.Context, scope, key string) error {
 	if err != nil {
 		return s.wrap("delete", err)
 	}
-	if n == 0 {
+	steps, err := s.deleteSteps(ctx, scope, key)
+	if err != nil {
+		return err
+	}
+	if n == 0 && !steps {
 		return fmt.Errorf("idemredis: delete: %w", idem.ErrNotFound)
 	}
 	return nil
