@@ -36,6 +36,17 @@
 // APIs, which closes the "crashed after the external call, before recording
 // it" window.
 //
+// # Multi-step operations
+//
+// An operation made of several steps with foreign calls in between (create
+// a ride, charge the card, send the receipt) runs its steps through
+// [Steps] inside [Guard.Do]: each completed step's result is recorded with
+// the lease's fencing token, so a retry after a failure or a crash resumes
+// after the last recorded step and never runs a recorded one again. A step
+// is a foreign call ([Steps.Do], with its own [Step].DownstreamKey) or a
+// transaction in the store's own database ([DoTx]: effect and step record
+// commit together). Stores record steps through the optional [StepStore].
+//
 // # Keys, scopes and errors
 //
 // Keys are 1–255 bytes of printable ASCII ([ValidateKey]) and are rejected

@@ -35,6 +35,15 @@
 // messages delivered three times each, in random order, to 32 goroutines,
 // end with exactly 1,000 effects.
 //
+// [RunSteps] checks a store's [idem.StepStore] (the recovery points of
+// idem.Steps): steps recorded in order with the record's fingerprint,
+// fencing by the record's token, steps surviving Release and takeover,
+// bounds, Delete and expiry, and holders racing a takeover: a step write
+// of the old holder commits before the claim that takes over or fails.
+// [RunStepsTx] checks a SQL store's transactional steps
+// ([idem.StepTxStore]): effect and step commit together or not at all.
+// Both are separate from Run, so a store without steps still passes Run.
+//
 // [RunList] checks a store's [idem.Lister]: every filter (key across
 // scopes, key and scope prefixes taken literally, scope hash, state,
 // creation and expiry ranges) against the records Get reads, pages of 1 to
