@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -23,7 +24,7 @@ type keysData struct {
 	Next      string // cursor to go on from; empty at the end
 	Short     bool   // the page is short because the search stopped at its bound
 	Limit     int
-	NextQuery string
+	NextQuery template.URL
 	Now       time.Time
 }
 
@@ -125,7 +126,7 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 	if next != "" {
 		q := r.URL.Query()
 		q.Set("cursor", next)
-		d.NextQuery = q.Encode()
+		d.NextQuery = template.URL(q.Encode())
 	}
 	s.render(w, r, http.StatusOK, "keys", d)
 }
