@@ -357,7 +357,7 @@ func TestVerifyHTTPErrors(t *testing.T) {
 }
 
 // Ctrl-C during a check stops the run: exit 130, the checks done so far
-// printed, nothing more sent.
+// printed, no further check run.
 func TestVerifyHTTPInterrupted(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -380,9 +380,10 @@ func TestVerifyHTTPInterrupted(t *testing.T) {
 	if v, _ := checkLine(t, out.String(), "replay"); v != "PASS" || strings.Contains(out.String(), "storm ") {
 		t.Fatalf("stdout:\n%s", out.String())
 	}
-	sent := requests.Load()
-	time.Sleep(200 * time.Millisecond)
-	if requests.Load() != sent || sent > 2+httpcheck.DefaultRequests+1 {
-		t.Fatalf("%d requests, then %d", sent, requests.Load())
+	// Storm requests already on the wire may still arrive; no check after
+	// the storm sends anything.
+	time.Sleep(300 * time.Millisecond)
+	if n := requests.Load(); n > 2+httpcheck.DefaultRequests {
+		t.Fatalf("%d requests reached the server, want at most the replay check's 2 and the storm's %d", n, httpcheck.DefaultRequests)
 	}
 }
