@@ -342,9 +342,11 @@ type MaintainOptions struct {
 // took them for the interval given to [Migrator.Partition] (creating the
 // next partition first, so writes never lack one), and drops every older
 // partition whose records all expired: retention by dropping whole tables,
-// which returns their space at once, instead of deleting rows. A partition
-// is locked against writes while it is checked and dropped, so a record
-// cannot be revived in one being dropped.
+// which returns their space at once, instead of deleting rows. A drop
+// locks the table while it checks the partition again and drops it (a
+// pause of the writes of a few milliseconds, bounded by LockTimeout), so
+// a record cannot be revived in a partition being dropped; a partition
+// that still holds a live record is passed over without a lock.
 //
 // Purge still works in this layout (it deletes expired rows in place), and
 // is not needed when Maintain runs.
@@ -504,22 +506,33 @@ func (s *Store) rotate(ctx context.Context, from int64, timeout time.Duration) (
 // dropIfExpired drops partition p, an old one, if every record in it
 // expired; a lock wait past timeout keeps it.
 func (s *Store) dropIfExpired(ctx context.Context, p PartitionInfo, timeout time.Duration) (bool, error) {
+	live := `SELECT EXISTS (SELECT FROM ` + s.table(p.Name) + ` WHERE expires_at > now())`
+	// A first look without a lock: a partition with live records is left
+	// alone without stopping anyone.
+	var alive bool
+	if err := s.pool.QueryRow(ctx, live).Scan(&alive); err != nil {
+		return false, s.wrap("maintain: check "+p.Name, err)
+	}
+	if alive {
+		return false, nil
+	}
 	dropped := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
 			return err
 		}
-		// No record of p can change from here on (an Extend or Complete
-		// of a lease that expired but was not taken over yet waits).
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+s.table(p.Name)+` IN SHARE MODE`); err != nil {
+		// The parent first, as every write locks it before its partitions
+		// (locking the partition first could deadlock with a write taking
+		// over one of its records). From here no record of p can change
+		// (an Extend of a lease that expired but was not taken over yet
+		// waits), so the second look is final. The writes wait for the
+		// rest of this transaction: a look at an index and two catalog
+		// changes.
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+s.table("idem_records")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return err
 		}
-		var live bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+s.table(p.Name)+` WHERE expires_at > now())`).Scan(&live); err != nil {
+		if err := tx.QueryRow(ctx, live).Scan(&alive); err != nil || alive {
 			return err
-		}
-		if live {
-			return nil
 		}
 		if _, err := tx.Exec(ctx, `ALTER TABLE `+s.table("idem_records")+` DETACH PARTITION `+s.table(p.Name)); err != nil {
 			return err

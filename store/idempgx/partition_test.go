@@ -320,3 +320,61 @@ func TestPartitionedErrors(t *testing.T) {
 		t.Fatalf("partition an unmigrated schema: %v", err)
 	}
 }
+
+// TestPartitionedDropDuringTakeovers: while Maintain drops a partition of
+// expired records, dozens of goroutines take those same keys over into the
+// current partition. No call fails (no deadlock between the drop's locks
+// and the takeovers'), and every key is processed again exactly once.
+func TestPartitionedDropDuringTakeovers(t *testing.T) {
+	t.Parallel()
+	s := newPartitionedStore(t, nil)
+	ctx := ctxT(t)
+	const keys = 60
+	msg := func(k int, retention time.Duration) idem.Message {
+		return idem.Message{Scope: "drop", Key: fmt.Sprintf("k%02d", k), Fingerprint: idem.Fingerprint{1}, Retention: retention}
+	}
+	noop := func(context.Context, pgx.Tx) error { return nil }
+	for k := range keys {
+		if _, err := s.Process(ctx, msg(k, 200*time.Millisecond), noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var (
+		processed atomic.Int64
+		dropped   atomic.Int64
+		wg        sync.WaitGroup
+	)
+	wg.Go(func() {
+		for range 20 {
+			rep, err := s.Maintain(ctx, nil)
+			if err != nil {
+				t.Errorf("maintain: %v", err)
+				return
+			}
+			dropped.Add(int64(len(rep.Dropped)))
+		}
+	})
+	for w := range 16 {
+		wg.Go(func() {
+			for k := range keys {
+				res, err := s.Process(ctx, msg((k+w*7)%keys, time.Hour), noop)
+				if err != nil {
+					t.Errorf("process: %v", err)
+					return
+				}
+				if res == idem.Processed {
+					processed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if processed.Load() != keys {
+		t.Fatalf("%d Processed, want %d (one per expired key)", processed.Load(), keys)
+	}
+	t.Logf("partitions dropped during the takeovers: %d", dropped.Load())
+}
