@@ -1,0 +1,423 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/outbox/outboxdriver"
+	"github.com/idem-go/idem/store/idemmysql"
+	"github.com/idem-go/idem/store/idempgx"
+	"github.com/idem-go/idem/store/idemsqlite"
+	"github.com/spf13/cobra"
+)
+
+func init() { commands = append(commands, newOutboxCmd) }
+
+func newOutboxCmd(a *app) *cobra.Command {
+	return groupCmd("outbox", "Inspect the outbox: stats, pending and dead events, redrive, discard and purge",
+		newOutboxStatsCmd(), newOutboxListCmd(outbox.StatePending), newOutboxListCmd(outbox.StateDead), newOutboxShowCmd(),
+		newOutboxRedriveCmd(), newOutboxDiscardCmd(), newOutboxPurgeCmd())
+}
+
+// withOutbox opens the store cfg names and runs fn with its outbox.
+func withOutbox(cmd *cobra.Command, cfg *storeConfig, fn func(outbox.Admin) error) error {
+	return withStore(cmd, cfg, func(s idem.Store) error {
+		if ob := outboxOf(s); ob != nil {
+			return fn(ob)
+		}
+		return fmt.Errorf("the store %s has no outbox (the outbox needs sqlite://, postgres:// or mysql://)", redactDSN(cfg.DSN))
+	})
+}
+
+// outboxOf returns the outbox of s, nil when its backend has none.
+func outboxOf(s idem.Store) outbox.Admin {
+	switch st := s.(type) {
+	case *idempgx.Store:
+		return st.Outbox()
+	case *idemsqlite.Store:
+		return st.Outbox()
+	case *idemmysql.Store:
+		return st.Outbox()
+	}
+	return nil
+}
+
+// outboxStatJSON is one element of "outbox stats --json".
+type outboxStatJSON struct {
+	State         outbox.State `json:"state"`
+	Count         int64        `json:"count"`
+	OldestSeconds float64      `json:"oldest_seconds"`
+}
+
+func newOutboxStatsCmd() *cobra.Command {
+	var (
+		cfg    *storeConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Count outbox events by state, with the age of the oldest event in each",
+		Long: `Count outbox events by state (pending, sending, sent, dead), with the age of
+the oldest event in each: an old pending event means the relay is not
+keeping up or not running; any dead event needs an operator. --json prints
+[{"state", "count", "oldest_seconds"}].`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
+				st, err := ob.Stats(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("outbox stats: %w", err)
+				}
+				if asJSON {
+					out := make([]outboxStatJSON, len(st))
+					for i, c := range st {
+						out[i] = outboxStatJSON{c.State, c.Count, c.Oldest.Seconds()}
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "STATE\tCOUNT\tOLDEST")
+				for _, c := range st {
+					fmt.Fprintf(tw, "%s\t%d\t%s\n", c.State, c.Count, inboxAge(c.Oldest))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cfg = addStoreFlags(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
+	return cmd
+}
+
+// outboxRowJSON is an outbox event in "outbox pending|dead --json" and
+// "outbox show --json". The payload is text when it is valid UTF-8, else
+// base64 in payload_base64; lists carry neither.
+type outboxRowJSON struct {
+	ID             int64             `json:"id"`
+	EventID        string            `json:"event_id"`
+	Topic          string            `json:"topic"`
+	Key            string            `json:"key,omitempty"`
+	State          outbox.State      `json:"state"`
+	Attempts       int               `json:"attempts"`
+	Token          int64             `json:"token,omitempty"`
+	DeadReason     idem.DeadReason   `json:"dead_reason,omitempty"`
+	LastError      string            `json:"last_error,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	CreatedAt      *time.Time        `json:"created_at,omitempty"`
+	NextAttemptAt  *time.Time        `json:"next_attempt_at,omitempty"`
+	LeaseExpiresAt *time.Time        `json:"lease_expires_at,omitempty"`
+	LastAttemptAt  *time.Time        `json:"last_attempt_at,omitempty"`
+	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
+	PayloadBytes   int               `json:"payload_bytes"`
+	Payload        *string           `json:"payload,omitempty"`
+	PayloadBase64  []byte            `json:"payload_base64,omitempty"`
+}
+
+func outboxRowToJSON(r outbox.Row, withPayload bool) outboxRowJSON {
+	j := outboxRowJSON{ID: r.ID, EventID: r.EventID, Topic: r.Topic, Key: r.Key, State: r.State, Attempts: r.Attempts,
+		Token: r.Token, DeadReason: r.DeadReason, LastError: r.LastError, CreatedAt: jsonTime(r.CreatedAt),
+		NextAttemptAt: jsonTime(r.NextAttemptAt), LeaseExpiresAt: jsonTime(r.LeaseExpiresAt),
+		LastAttemptAt: jsonTime(r.LastAttemptAt), FinishedAt: jsonTime(r.FinishedAt), PayloadBytes: len(r.Payload)}
+	if withPayload {
+		j.Headers = r.Headers
+		if utf8.Valid(r.Payload) {
+			p := string(r.Payload)
+			j.Payload = &p
+		} else {
+			j.PayloadBase64 = r.Payload
+		}
+	}
+	return j
+}
+
+// newOutboxListCmd is "outbox pending" or "outbox dead".
+func newOutboxListCmd(state outbox.State) *cobra.Command {
+	var (
+		cfg    *storeConfig
+		limit  int
+		after  int64
+		asJSON bool
+	)
+	short := "List pending events (committed, not yet confirmed by the broker) with their attempts and last error"
+	if state == outbox.StateDead {
+		short = "List dead events with their reason, attempts and last error"
+	}
+	cmd := &cobra.Command{
+		Use:   string(state),
+		Short: short,
+		Long: short + `, oldest id first;
+page with --after. --json prints an array of events (see "outbox show --json",
+without payloads and headers).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > outbox.MaxBatch {
+				return usageErrorf("--limit must be 1..%d, got %d", outbox.MaxBatch, limit)
+			}
+			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
+				rows, err := ob.List(cmd.Context(), outbox.ListRequest{State: state, AfterID: after, Limit: limit})
+				if err != nil {
+					return fmt.Errorf("outbox %s: %w", state, err)
+				}
+				if asJSON {
+					out := make([]outboxRowJSON, len(rows))
+					for i, r := range rows {
+						out[i] = outboxRowToJSON(r, false)
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				if len(rows) == 0 {
+					if after > 0 {
+						fmt.Fprintf(cmd.OutOrStdout(), "no %s events after id %d\n", state, after)
+					} else {
+						fmt.Fprintf(cmd.OutOrStdout(), "no %s events\n", state)
+					}
+					return nil
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				if state == outbox.StateDead {
+					fmt.Fprintln(tw, "ID\tEVENT\tTOPIC\tKEY\tATTEMPTS\tREASON\tDIED\tLAST ERROR")
+					for _, r := range rows {
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.EventID, flatText(r.Topic, 60), flatText(r.Key, 40),
+							r.Attempts, flatText(string(r.DeadReason), 40), fmtTime(r.FinishedAt), flatText(r.LastError, 120))
+					}
+				} else {
+					fmt.Fprintln(tw, "ID\tEVENT\tTOPIC\tKEY\tATTEMPTS\tCREATED\tNEXT ATTEMPT\tLAST ERROR")
+					for _, r := range rows {
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.EventID, flatText(r.Topic, 60), flatText(r.Key, 40),
+							r.Attempts, fmtTime(r.CreatedAt), fmtTime(r.NextAttemptAt), flatText(r.LastError, 120))
+					}
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cfg = addStoreFlags(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 100, "how many events to list")
+	cmd.Flags().Int64Var(&after, "after", 0, "list events with an id above this one (paging)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
+	return cmd
+}
+
+// findOutboxRow finds an event by row id or, when arg is not a row id of
+// the outbox, by event id (the id the relay's logs and the broker show).
+func findOutboxRow(cmd *cobra.Command, ob outbox.Admin, arg string) (outbox.Row, error) {
+	if id, err := strconv.ParseInt(arg, 10, 64); err == nil && id > 0 {
+		r, err := ob.Get(cmd.Context(), id)
+		if !errors.Is(err, idem.ErrNotFound) {
+			return r, err
+		}
+	}
+	return ob.GetByEventID(cmd.Context(), arg)
+}
+
+func newOutboxShowCmd() *cobra.Command {
+	var (
+		cfg          *storeConfig
+		payloadBytes int
+		asJSON       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "show ID|EVENT-ID",
+		Short: "Show one outbox event: its state, attempts, last error, headers and payload",
+		Long: `Show one outbox event, by its row id or by its event id (the id the relay
+logs and the broker carries as message id). The payload is printed as text
+when it is valid UTF-8, else as a hex dump, up to --payload-bytes (0: all).
+--json prints the event with "headers" and "payload" (text) or
+"payload_base64".`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "" || len(args[0]) > outbox.MaxIDLen {
+				return usageErrorf("invalid outbox event %q: want a row id or an event id of 1-%d bytes", args[0], outbox.MaxIDLen)
+			}
+			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
+				r, err := findOutboxRow(cmd, ob, args[0])
+				if errors.Is(err, idem.ErrNotFound) {
+					return fmt.Errorf("outbox event %q not found in %s", args[0], redactDSN(cfg.DSN))
+				}
+				if err != nil {
+					return fmt.Errorf("outbox show: %w", err)
+				}
+				w := cmd.OutOrStdout()
+				if asJSON {
+					return writeJSON(w, outboxRowToJSON(r, true))
+				}
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+				for _, f := range [][2]string{
+					{"id", fmt.Sprint(r.ID)},
+					{"event id", fmt.Sprintf("%q", r.EventID)},
+					{"topic", fmt.Sprintf("%q", r.Topic)},
+					{"key", fmt.Sprintf("%q", r.Key)},
+					{"state", string(r.State)},
+					{"attempts", fmt.Sprint(r.Attempts)},
+					{"token", fmt.Sprint(r.Token)},
+					{"created", fmtTime(r.CreatedAt)},
+					{"next attempt", fmtTime(r.NextAttemptAt)},
+					{"lease expires", fmtTime(r.LeaseExpiresAt)},
+					{"last attempt", fmtTime(r.LastAttemptAt)},
+					{"finished", fmtTime(r.FinishedAt)},
+					{"dead reason", string(r.DeadReason)},
+					{"last error", flatText(r.LastError, outboxdriver.MaxErrorBytes)},
+					{"headers", fmt.Sprint(len(r.Headers))},
+					{"payload", fmt.Sprintf("%d bytes", len(r.Payload))},
+				} {
+					fmt.Fprintf(tw, "%s\t%s\n", f[0], f[1])
+				}
+				for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
+					fmt.Fprintf(tw, "  %s\t%q\n", k, r.Headers[k])
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				printBytes(w, "payload", "--payload-bytes", r.Payload, payloadBytes)
+				return nil
+			})
+		},
+	}
+	cfg = addStoreFlags(cmd)
+	cmd.Flags().IntVar(&payloadBytes, "payload-bytes", 4096, "print at most this many bytes of the payload (0: all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
+	return cmd
+}
+
+// outboxSelection turns row id arguments and --all into an outbox.Select.
+func outboxSelection(args []string, all bool) (outbox.Select, error) {
+	if all == (len(args) > 0) {
+		return outbox.Select{}, usageErrorf("give outbox row ids or --all (not both)")
+	}
+	if len(args) > outbox.MaxBatch {
+		return outbox.Select{}, usageErrorf("at most %d ids at once; use --all", outbox.MaxBatch)
+	}
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return outbox.Select{}, usageErrorf("invalid outbox row id %q: want a positive integer (see outbox dead)", a)
+		}
+		ids = append(ids, id)
+	}
+	return outbox.Select{IDs: ids, All: all}, nil
+}
+
+// outboxUnmatched fails a redrive or discard of ids of which only n were
+// dead events; --all matching nothing is no failure.
+func outboxUnmatched(op string, sel outbox.Select, n int64) error {
+	if sel.All || n >= int64(len(sel.IDs)) {
+		return nil
+	}
+	return fmt.Errorf("outbox %s: %d of the %d ids given are not dead events (see outbox show ID); nothing was done to them",
+		op, int64(len(sel.IDs))-n, len(sel.IDs))
+}
+
+func newOutboxRedriveCmd() *cobra.Command {
+	var (
+		cfg *storeConfig
+		all bool
+	)
+	cmd := &cobra.Command{
+		Use:   "redrive [ID...]",
+		Short: "Move dead events back to pending with attempts reset, due now (the relay publishes them again)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sel, err := outboxSelection(args, all)
+			if err != nil {
+				return err
+			}
+			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
+				n, err := ob.Redrive(cmd.Context(), sel)
+				if err != nil {
+					return fmt.Errorf("outbox redrive: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "redrove %d dead event(s)\n", n)
+				return outboxUnmatched("redrive", sel, n)
+			})
+		},
+	}
+	cfg = addStoreFlags(cmd)
+	cmd.Flags().BoolVar(&all, "all", false, "redrive every dead event")
+	return cmd
+}
+
+func newOutboxDiscardCmd() *cobra.Command {
+	var (
+		cfg      *storeConfig
+		all, yes bool
+	)
+	cmd := &cobra.Command{
+		Use:   "discard [ID...] --yes",
+		Short: "Delete dead events for good, never publishing them (needs --yes)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sel, err := outboxSelection(args, all)
+			if err != nil {
+				return err
+			}
+			if !yes {
+				what := "the dead events with the ids given"
+				if all {
+					what = "every dead event"
+				}
+				return usageErrorf("discard would delete %s in %s for good (they are never published); add --yes to confirm", what, redactDSN(cfg.DSN))
+			}
+			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
+				n, err := ob.Discard(cmd.Context(), sel)
+				if err != nil {
+					return fmt.Errorf("outbox discard: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "discarded %d dead event(s)\n", n)
+				return outboxUnmatched("discard", sel, n)
+			})
+		},
+	}
+	cfg = addStoreFlags(cmd)
+	cmd.Flags().BoolVar(&all, "all", false, "discard every dead event")
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
+	return cmd
+}
+
+func newOutboxPurgeCmd() *cobra.Command {
+	var (
+		cfg       *storeConfig
+		olderThan time.Duration
+		batch     int
+		yes       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge --older-than DURATION --yes",
+		Short: "Delete sent events older than a duration, in batches (needs --yes)",
+		Long: `Delete sent events whose broker confirmation is older than --older-than, at
+most --batch rows per transaction, until none is left. Pending and dead
+events are never purged. A running relay does the same every
+PurgeInterval with its Retention.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan < 0 {
+				return usageErrorf("--older-than must not be negative, got %v", olderThan)
+			}
+			if batch < 1 || batch > outbox.MaxBatch {
+				return usageErrorf("--batch must be 1..%d, got %d", outbox.MaxBatch, batch)
+			}
+			if !yes {
+				return usageErrorf("purge would delete the sent events older than %v in %s; add --yes to confirm", olderThan, redactDSN(cfg.DSN))
+			}
+			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
+				n, err := ob.PurgeSent(cmd.Context(), olderThan, batch)
+				if err != nil {
+					return fmt.Errorf("outbox purge: %w (%d deleted before the failure)", err, n)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "purged %d sent event(s)\n", n)
+				return nil
+			})
+		},
+	}
+	cfg = addStoreFlags(cmd)
+	cmd.Flags().DurationVar(&olderThan, "older-than", outbox.DefaultRetention, "purge sent events confirmed longer ago than this")
+	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultPurgeBatch, "rows deleted per transaction")
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
+	return cmd
+}
