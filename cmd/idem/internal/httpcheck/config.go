@@ -298,10 +298,29 @@ type remoteError struct{ msg string }
 func (e remoteError) Error() string        { return e.msg }
 func (e remoteError) Is(target error) bool { return target == ErrRemote }
 
-// redactURL hides a password in a URL.
+// redactURL is s as it may be shown: see safeURL.
 func redactURL(s string) string {
 	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
+		return safeURL(u)
 	}
 	return "(unparsable URL)"
+}
+
+// safeURL is u as it may be shown: without its password, and with the
+// values of query parameters whose names look like credentials (token,
+// api_key, …) hidden.
+func safeURL(u *url.URL) string {
+	c := *u
+	if q := c.Query(); len(q) > 0 {
+		hidden := false
+		for name := range q {
+			if sensitive(strings.ReplaceAll(name, "_", "-")) {
+				q[name], hidden = []string{"xxxxx"}, true
+			}
+		}
+		if hidden {
+			c.RawQuery = q.Encode()
+		}
+	}
+	return c.Redacted()
 }

@@ -206,3 +206,16 @@ func testRunner(t *testing.T, cfg Config) *runner {
 	}
 	return newRunner(cfg, u)
 }
+
+func TestSafeURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://u:pw@127.0.0.1:8080/x?a=1":         "http://u:xxxxx@127.0.0.1:8080/x?a=1",
+		"http://127.0.0.1/x?api_key=s3cret&page=2": "http://127.0.0.1/x?api_key=xxxxx&page=2",
+		"http://127.0.0.1/x?access_token=s3cret":   "http://127.0.0.1/x?access_token=xxxxx",
+		"http://127.0.0.1/orders":                  "http://127.0.0.1/orders",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -102,7 +102,7 @@ func Run(ctx context.Context, cfg Config, each func(CheckResult)) (Report, error
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Target: target.Redacted(), Method: cfg.Method, KeyHeader: cfg.KeyHeader, Checks: []CheckResult{}}
+	rep := Report{Target: safeURL(target), Method: cfg.Method, KeyHeader: cfg.KeyHeader, Checks: []CheckResult{}}
 	if !cfg.AllowRemote {
 		if err := checkLoopback(ctx, "--url", target); err != nil {
 			return rep, err
@@ -149,7 +149,7 @@ func Run(ctx context.Context, cfg Config, each func(CheckResult)) (Report, error
 func (r *runner) reach(ctx context.Context) error {
 	conn, err := r.dialer.DialContext(ctx, "tcp", r.addr())
 	if err != nil {
-		return fmt.Errorf("cannot reach %s: %w", r.target.Redacted(), err)
+		return fmt.Errorf("cannot reach %s: %w", safeURL(r.target), err)
 	}
 	return conn.Close()
 }
