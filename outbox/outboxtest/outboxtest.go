@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -142,15 +143,7 @@ func (r *recorder) Publish(_ context.Context, msgs []outbox.Message) []error {
 func (r *recorder) counts() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return maps(r.seen)
-}
-
-func maps(m map[string]int) map[string]int {
-	out := make(map[string]int, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.seen)
 }
 
 // outcomes is a PublishEndHook counting outcomes per event id.
@@ -173,7 +166,7 @@ func (o *outcomes) OnPublishEnd(_ context.Context, r outbox.Result) {
 func (o *outcomes) get(out idem.Outcome) map[string]int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return maps(o.by[out])
+	return maps.Clone(o.by[out])
 }
 
 func newRelay(t *testing.T, d outbox.Driver, pub outbox.Publisher, cfg *outbox.Config) *outbox.Relay {
