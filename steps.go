@@ -132,7 +132,7 @@ func ValidateStepName(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return fmt.Errorf("%w: step name %q: byte 0x%02x at offset %d is not a letter, digit or one of -_.:", ErrInvalidStep, name, c, i)
+			return fmt.Errorf("%w: step name %q: byte 0x%02x at offset %d is not a letter, digit, '-', '_', '.' or ':'", ErrInvalidStep, name, c, i)
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // RecordStep implements [idem.StepStore].
@@ -27,29 +28,18 @@ func (s *MemoryStore) RecordStep(ctx context.Context, req idem.StepRequest) (ide
 	}
 	id := recordID{req.Scope, req.Key}
 	live := s.liveSteps(id, now)
-	seq := 1
-	for _, st := range live {
-		if st.Fingerprint != r.Fingerprint {
-			return idem.StepRecord{}, idem.StepsOfOtherPayload(req.Scope, req.Key)
-		}
-		if st.Name == req.Name {
-			return idem.StepRecord{}, idem.StepAlreadyRecorded(req.Scope, req.Key, req.Name)
-		}
-		seq = max(seq, st.Seq+1)
+	var st storekit.StepStats
+	for _, l := range live {
+		st.Count, st.MaxSeq = st.Count+1, max(st.MaxSeq, l.Seq)
+		st.Recorded = st.Recorded || l.Name == req.Name
+		st.OtherPayload = st.OtherPayload || l.Fingerprint != r.Fingerprint
 	}
-	if len(live) >= idem.MaxSteps {
-		return idem.StepRecord{}, idem.TooManySteps(req.Scope, req.Key, req.Name)
+	rec, err := storekit.NewStep(req, r.Fingerprint[:], st)
+	if err != nil {
+		return idem.StepRecord{}, err
 	}
-	rec := idem.StepRecord{
-		Scope: req.Scope, Key: req.Key, Name: req.Name, Seq: seq, Fingerprint: r.Fingerprint,
-		Token: req.Token, Tombstone: req.Tombstone, CreatedAt: now, ExpiresAt: now.Add(req.Retention),
-	}
-	if !req.Tombstone {
-		rec.Result = bytes.Clone(req.Result)
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
-	}
+	rec.Result = bytes.Clone(rec.Result)
+	rec.CreatedAt, rec.ExpiresAt = now, now.Add(req.Retention)
 	live = append(live, rec)
 	for i := range live {
 		live[i].ExpiresAt = rec.ExpiresAt

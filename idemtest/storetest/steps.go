@@ -319,22 +319,37 @@ func testStepsExpiry(t *testing.T, s idem.Store, ss idem.StepStore, _ config) {
 // in what the new holder reads right after its claim, so it never runs
 // a step that was recorded.
 func testStepsRaceTakeover(t *testing.T, s idem.Store, ss idem.StepStore, _ config) {
-	const writers, perWriter, claimers = 8, 6, 16
-	f := fp("race-steps")
-	old := acquire(t, s, claimReq("race-steps", f, shortTTL))
+	written := raceTakeover(t, s, ss, "race-steps", 8, 6, 16, func(key string, token int64, name string) error {
+		_, err := ss.RecordStep(context.Background(), stepReq(key, token, name, []byte(name)))
+		return err
+	})
+	if got := steps(t, ss, "race-steps"); len(got) != len(written) {
+		t.Errorf("contract: exactly the successful writes are recorded: %d succeeded, %d recorded", len(written), len(got))
+	}
+	t.Logf("%d step writes of the old holder landed before the takeover", len(written))
+}
+
+// raceTakeover lets writers write perWriter steps each with the token of
+// an expired lease on key while claimers race to take it over, once a
+// first write has landed or failed, so that the race has writes on both
+// sides of the takeover. It fails the test unless exactly one claim
+// acquires and every write that succeeded is in what that claim's holder
+// reads right after it, and returns the names written.
+func raceTakeover(t *testing.T, s idem.Store, ss idem.StepStore, key string, writers, perWriter, claimers int,
+	write func(key string, token int64, name string) error) []string {
+	t.Helper()
+	f := fp(key)
+	old := acquire(t, s, claimReq(key, f, shortTTL))
 	time.Sleep(expiryWait)
 	gate, open := start()
-	// The claims start once a first write has landed or failed, so that
-	// the race has writes on both sides of the takeover.
 	firstWrite := make(chan struct{})
-	var firstOnce sync.Once
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		written []string
-		readBy  map[string]bool
-		winners int
-		errs    []error
+		firstOnce sync.Once
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		written   []string
+		readBy    map[string]bool
+		winners   int
 	)
 	for w := range writers {
 		wg.Add(1)
@@ -343,14 +358,13 @@ func testStepsRaceTakeover(t *testing.T, s idem.Store, ss idem.StepStore, _ conf
 			<-gate
 			for i := range perWriter {
 				name := fmt.Sprintf("w%d-%d", w, i)
-				_, err := ss.RecordStep(context.Background(), stepReq("race-steps", old.Token, name, []byte(name)))
+				err := write(key, old.Token, name)
 				firstOnce.Do(func() { close(firstWrite) })
 				mu.Lock()
-				switch {
-				case err == nil:
+				if err == nil {
 					written = append(written, name)
-				case !errors.Is(err, idem.ErrLeaseLost):
-					errs = append(errs, err)
+				} else if !errors.Is(err, idem.ErrLeaseLost) {
+					t.Errorf("unexpected error of a step write: %v", err)
 				}
 				mu.Unlock()
 				if err != nil {
@@ -364,21 +378,20 @@ func testStepsRaceTakeover(t *testing.T, s idem.Store, ss idem.StepStore, _ conf
 		go func() {
 			defer wg.Done()
 			<-firstWrite
-			c, err := s.Claim(context.Background(), claimReq("race-steps", f, longLease))
-			if err != nil || c.Outcome != idem.Acquired {
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
+			c, err := s.Claim(context.Background(), claimReq(key, f, longLease))
+			if err != nil {
+				t.Errorf("claim: %v", err)
 				return
 			}
-			recs, err := ss.Steps(context.Background(), scope, "race-steps")
+			if c.Outcome != idem.Acquired {
+				return
+			}
+			recs, err := ss.Steps(context.Background(), scope, key)
 			mu.Lock()
 			defer mu.Unlock()
 			winners++
 			if err != nil {
-				errs = append(errs, err)
+				t.Errorf("steps: %v", err)
 				return
 			}
 			readBy = map[string]bool{}
@@ -389,9 +402,6 @@ func testStepsRaceTakeover(t *testing.T, s idem.Store, ss idem.StepStore, _ conf
 	}
 	open()
 	wg.Wait()
-	for _, err := range errs {
-		t.Errorf("unexpected error in the race: %v", err)
-	}
 	if winners != 1 {
 		t.Fatalf("contract: %d concurrent takeovers must give exactly one Acquired, got %d", claimers, winners)
 	}
@@ -400,10 +410,7 @@ func testStepsRaceTakeover(t *testing.T, s idem.Store, ss idem.StepStore, _ conf
 			t.Errorf("contract: step %q of the old holder was written after the takeover's claim (the new holder did not see it): fencing must order step writes before the claim that takes over", name)
 		}
 	}
-	if got := steps(t, ss, "race-steps"); len(got) != len(written) {
-		t.Errorf("contract: exactly the successful writes are recorded: %d succeeded, %d recorded", len(written), len(got))
-	}
-	t.Logf("%d step writes of the old holder landed before the takeover", len(written))
+	return written
 }
 
 // testStepsRaceSameName races dozens of writes of one step name with the
@@ -621,84 +628,13 @@ func testStepTxRaceSameName(t *testing.T, env StepTxEnv) {
 }
 
 func testStepTxRaceTakeover(t *testing.T, env StepTxEnv) {
-	const writers, perWriter, claimers = 8, 4, 8
 	s := env.Store()
-	ss := s.(idem.StepStore)
-	f := fp("tx-takeover")
-	old := acquire(t, s, claimReq("tx-takeover", f, shortTTL))
-	time.Sleep(expiryWait)
-	gate, open := start()
-	firstWrite := make(chan struct{})
-	var firstOnce sync.Once
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		written []string
-		readBy  map[string]bool
-		winners int
-	)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-gate
-			for i := range perWriter {
-				name := fmt.Sprintf("w%d-%d", w, i)
-				_, err := env.DoStepTx(context.Background(), stepReq("tx-takeover", old.Token, name, nil), nil, nil)
-				firstOnce.Do(func() { close(firstWrite) })
-				mu.Lock()
-				if err == nil {
-					written = append(written, name)
-				} else if !errors.Is(err, idem.ErrLeaseLost) {
-					t.Errorf("unexpected error: %v", err)
-				}
-				mu.Unlock()
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
-	for range claimers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-firstWrite
-			c, err := s.Claim(context.Background(), claimReq("tx-takeover", f, longLease))
-			if err != nil {
-				t.Errorf("claim: %v", err)
-				return
-			}
-			if c.Outcome != idem.Acquired {
-				return
-			}
-			recs, err := ss.Steps(context.Background(), scope, "tx-takeover")
-			mu.Lock()
-			defer mu.Unlock()
-			winners++
-			if err != nil {
-				t.Errorf("steps: %v", err)
-				return
-			}
-			readBy = map[string]bool{}
-			for _, r := range recs {
-				readBy[r.Name] = true
-			}
-		}()
-	}
-	open()
-	wg.Wait()
-	if winners != 1 {
-		t.Fatalf("contract: exactly one takeover, got %d", winners)
-	}
-	for _, name := range written {
-		if !readBy[name] {
-			t.Errorf("contract: transactional step %q of the old holder committed after the takeover's claim", name)
-		}
-	}
-	effects := stepEffects(t, env)
+	written := raceTakeover(t, s, s.(idem.StepStore), "tx-takeover", 8, 4, 8, func(key string, token int64, name string) error {
+		_, err := env.DoStepTx(context.Background(), stepReq(key, token, name, nil), nil, nil)
+		return err
+	})
 	total := 0
-	for _, n := range effects {
+	for _, n := range stepEffects(t, env) {
 		total += n
 	}
 	if total != len(written) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 var (
@@ -84,26 +85,14 @@ func (s *Store) writeStep(ctx context.Context, tx *sql.Tx, req idem.StepRequest)
 	if _, err := tx.ExecContext(ctx, "DELETE FROM idem_steps"+op+" AND expires_at <= "+nowSQL, req.Scope, req.Key); err != nil {
 		return idem.StepRecord{}, s.wrap("record step", err)
 	}
-	var count, maxSeq, same, other int
-	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(MAX(seq), 0), COALESCE(SUM(name = ?), 0), COALESCE(SUM(fingerprint <> ?), 0) FROM idem_steps"+op,
-		req.Name, fp, req.Scope, req.Key).Scan(&count, &maxSeq, &same, &other); err != nil {
+	var st storekit.StepStats
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(MAX(seq), 0), COALESCE(SUM(name = ?), 0) > 0, COALESCE(SUM(fingerprint <> ?), 0) > 0 FROM idem_steps"+op,
+		req.Name, fp, req.Scope, req.Key).Scan(&st.Count, &st.MaxSeq, &st.Recorded, &st.OtherPayload); err != nil {
 		return idem.StepRecord{}, s.wrap("record step", err)
 	}
-	switch {
-	case other > 0:
-		return idem.StepRecord{}, idem.StepsOfOtherPayload(req.Scope, req.Key)
-	case same > 0:
-		return idem.StepRecord{}, idem.StepAlreadyRecorded(req.Scope, req.Key, req.Name)
-	case count >= idem.MaxSteps:
-		return idem.StepRecord{}, idem.TooManySteps(req.Scope, req.Key, req.Name)
-	}
-	rec := idem.StepRecord{Scope: req.Scope, Key: req.Key, Name: req.Name, Seq: maxSeq + 1, Token: req.Token, Tombstone: req.Tombstone}
-	copy(rec.Fingerprint[:], fp)
-	if !req.Tombstone {
-		rec.Result = req.Result
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
+	rec, err := storekit.NewStep(req, fp, st)
+	if err != nil {
+		return idem.StepRecord{}, err
 	}
 	if _, err := tx.ExecContext(ctx, "INSERT INTO idem_steps ("+stepColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, "+nowSQL+", "+nowSQL+" + INTERVAL ? MICROSECOND)",
 		rec.Scope, rec.Key, rec.Name, rec.Seq, fp, rec.Token, rec.Result, rec.Tombstone, micros(req.Retention)); err != nil {

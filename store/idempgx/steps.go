@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -30,7 +31,7 @@ func newStepQueries(schema string) stepQueries {
 		lock: `SELECT fingerprint FROM ` + r + `
 	WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress' FOR UPDATE`,
 		dropExpired: `DELETE FROM ` + t + ` WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
-		stats: `SELECT count(*), coalesce(max(seq), 0), count(*) FILTER (WHERE name = $3), count(*) FILTER (WHERE fingerprint <> $4)
+		stats: `SELECT count(*), coalesce(max(seq), 0), bool_or(name = $3) IS TRUE, bool_or(fingerprint <> $4) IS TRUE
 	FROM ` + t + ` WHERE scope = $1 AND key = $2`,
 		insert: `INSERT INTO ` + t + ` (scope, key, name, seq, fingerprint, token, result, tombstone, created_at, expires_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now() + $9 * interval '1 microsecond')
@@ -114,25 +115,13 @@ func (s *Store) writeStep(ctx context.Context, tx pgx.Tx, req idem.StepRequest) 
 	if _, err := tx.Exec(ctx, q.dropExpired, req.Scope, req.Key); err != nil {
 		return idem.StepRecord{}, s.wrap("record step", err)
 	}
-	var count, maxSeq, same, other int
-	if err := tx.QueryRow(ctx, q.stats, req.Scope, req.Key, req.Name, fp).Scan(&count, &maxSeq, &same, &other); err != nil {
+	var st storekit.StepStats
+	if err := tx.QueryRow(ctx, q.stats, req.Scope, req.Key, req.Name, fp).Scan(&st.Count, &st.MaxSeq, &st.Recorded, &st.OtherPayload); err != nil {
 		return idem.StepRecord{}, s.wrap("record step", err)
 	}
-	switch {
-	case other > 0:
-		return idem.StepRecord{}, idem.StepsOfOtherPayload(req.Scope, req.Key)
-	case same > 0:
-		return idem.StepRecord{}, idem.StepAlreadyRecorded(req.Scope, req.Key, req.Name)
-	case count >= idem.MaxSteps:
-		return idem.StepRecord{}, idem.TooManySteps(req.Scope, req.Key, req.Name)
-	}
-	rec := idem.StepRecord{Scope: req.Scope, Key: req.Key, Name: req.Name, Seq: maxSeq + 1, Token: req.Token, Tombstone: req.Tombstone}
-	copy(rec.Fingerprint[:], fp)
-	if !req.Tombstone {
-		rec.Result = req.Result
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
+	rec, err := storekit.NewStep(req, fp, st)
+	if err != nil {
+		return idem.StepRecord{}, err
 	}
 	if err := tx.QueryRow(ctx, q.insert, rec.Scope, rec.Key, rec.Name, rec.Seq, fp, rec.Token, rec.Result, rec.Tombstone,
 		micros(req.Retention)).Scan(&rec.CreatedAt, &rec.ExpiresAt); err != nil {

@@ -76,4 +76,3 @@ func TestPurgeSteps(t *testing.T) {
 		t.Errorf("Purge left %d expired steps", n)
 	}
 }
-

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 var (
@@ -94,28 +95,16 @@ func writeStep(ctx context.Context, tx *sql.Tx, req idem.StepRequest, now int64)
 	if _, err := tx.ExecContext(ctx, "DELETE FROM idem_steps WHERE scope = ? AND key = ? AND expires_at <= ?", req.Scope, req.Key, now); err != nil {
 		return idem.StepRecord{}, wrap(err)
 	}
-	var count, maxSeq, same, other int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*), coalesce(max(seq), 0), coalesce(sum(name = ?), 0), coalesce(sum(fingerprint <> ?), 0)
-	FROM idem_steps WHERE scope = ? AND key = ?`, req.Name, fp, req.Scope, req.Key).Scan(&count, &maxSeq, &same, &other); err != nil {
+	var st storekit.StepStats
+	if err := tx.QueryRowContext(ctx, `SELECT count(*), coalesce(max(seq), 0), coalesce(sum(name = ?), 0) > 0, coalesce(sum(fingerprint <> ?), 0) > 0
+	FROM idem_steps WHERE scope = ? AND key = ?`, req.Name, fp, req.Scope, req.Key).Scan(&st.Count, &st.MaxSeq, &st.Recorded, &st.OtherPayload); err != nil {
 		return idem.StepRecord{}, wrap(err)
 	}
-	switch {
-	case other > 0:
-		return idem.StepRecord{}, idem.StepsOfOtherPayload(req.Scope, req.Key)
-	case same > 0:
-		return idem.StepRecord{}, idem.StepAlreadyRecorded(req.Scope, req.Key, req.Name)
-	case count >= idem.MaxSteps:
-		return idem.StepRecord{}, idem.TooManySteps(req.Scope, req.Key, req.Name)
+	rec, err := storekit.NewStep(req, fp, st)
+	if err != nil {
+		return idem.StepRecord{}, err
 	}
-	rec := idem.StepRecord{Scope: req.Scope, Key: req.Key, Name: req.Name, Seq: maxSeq + 1, Token: req.Token,
-		Tombstone: req.Tombstone, CreatedAt: time.UnixMicro(now), ExpiresAt: time.UnixMicro(now + req.Retention.Microseconds())}
-	copy(rec.Fingerprint[:], fp)
-	if !req.Tombstone {
-		rec.Result = req.Result
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
-	}
+	rec.CreatedAt, rec.ExpiresAt = time.UnixMicro(now), time.UnixMicro(now+req.Retention.Microseconds())
 	if _, err := tx.ExecContext(ctx, `INSERT INTO idem_steps (`+stepColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		rec.Scope, rec.Key, rec.Name, rec.Seq, fp, rec.Token, rec.Result, rec.Tombstone, now, micros(rec.ExpiresAt)); err != nil {
 		return idem.StepRecord{}, wrap(err)
