@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idem-go/idem/broker/idemamqp"
 	"github.com/idem-go/idem/broker/idemkafka"
 	"github.com/idem-go/idem/broker/idemnats"
 	"github.com/idem-go/idem/outbox"
@@ -46,6 +47,16 @@ const (
 
 func init() {
 	scenarios = append(scenarios,
+		&scenario{
+			name:      "outbox-amqp-postgres",
+			injects:   injectsOutbox + "; relay: cut, stall, delay (RabbitMQ, PostgreSQL)",
+			guarantee: guaranteeOutbox,
+			setup:     steps((*env).setupPostgres, (*env).setupAMQP, (*env).setupOrders),
+			publish:   produceOutbox(spec.queue), // the default exchange: the routing key is the queue
+			effects:   pgEffects,
+			notes:     outboxNotes(nil),
+			work:      relayOr(amqpRelay, workAMQPPostgres),
+		},
 		&scenario{
 			name:      "outbox-nats-postgres",
 			injects:   injectsOutbox + "; relay: cut, stall, delay (NATS, PostgreSQL)",
@@ -111,6 +122,15 @@ func runRelay(ctx context.Context, s spec, pub outbox.Publisher) error {
 		return err
 	}
 	return r.Run(ctx)
+}
+
+func amqpRelay(ctx context.Context, s spec) error {
+	pub, err := idemamqp.NewOutboxPublisher(idemamqp.DialURL(s.AMQP), &idemamqp.OutboxConfig{ConfirmTimeout: s.Lease / 2})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	return runRelay(ctx, s, pub)
 }
 
 func natsRelay(ctx context.Context, s spec) error {
