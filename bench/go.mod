@@ -41,6 +41,7 @@ require (
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/go-sql-driver/mysql v1.10.2
+	github.com/idem-go/idem/broker/idemamqp v0.1.0
 	github.com/idem-go/idem/broker/idemnats v0.1.0
 	github.com/idem-go/idem/shared v0.1.0
 	github.com/idem-go/idem/store/idemmysql v0.1.0
@@ -49,6 +50,7 @@ require (
 	github.com/idem-go/idem/store/idemsqlite v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/riverqueue/river v0.51.2
