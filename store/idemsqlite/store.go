@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,6 +247,21 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(tx *sql.Tx, now i
 // only when it changed nothing. Any other error fails every write of the
 // shared transaction with it.
 func (s *Store) inHolderTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx, now int64) error) error {
+	return s.inSharedTx(ctx, what, true, fn)
+}
+
+// maxSharedOps bounds the writes one shared transaction takes along; the
+// rest wait for the next one.
+const maxSharedOps = 256
+
+// inSharedTx runs fn in a transaction it shares with the other writes
+// queued meanwhile (group commit): lease holders' writes (holder) and
+// claims. A holder waits for the write lock ahead of every claim; whoever
+// gets it first takes every queued write along, so claims and completions
+// that arrive together share one commit and one fsync. fn follows
+// inHolderTx's rules; errRollback, like ErrLeaseLost, says it changed
+// nothing that must be kept.
+func (s *Store) inSharedTx(ctx context.Context, what string, holder bool, fn func(ctx context.Context, tx *sql.Tx, now int64) error) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
@@ -258,7 +274,7 @@ func (s *Store) inHolderTx(ctx context.Context, what string, fn func(ctx context
 	s.holders.mu.Unlock()
 
 	// Wait for the write lock, or for a transaction that took op along.
-	if err := s.writes.lock(lctx, true); err != nil {
+	if err := s.writes.lock(lctx, holder); err != nil {
 		select {
 		case <-op.done:
 			return op.err
@@ -280,8 +296,16 @@ func (s *Store) inHolderTx(ctx context.Context, what string, fn func(ctx context
 	default:
 	}
 	s.holders.mu.Lock()
-	batch := s.holders.pending
-	s.holders.pending = nil
+	// op holds the lock, so it runs now, with the oldest of the others;
+	// any beyond maxSharedOps go with the next transaction (each of their
+	// owners is queued for the lock).
+	others := s.holders.pending
+	if i := slices.Index(others, op); i >= 0 {
+		others = slices.Delete(others, i, i+1)
+	}
+	n := min(len(others), maxSharedOps-1)
+	batch := append([]*holderOp{op}, others[:n]...)
+	s.holders.pending = slices.Clone(others[n:])
 	s.holders.mu.Unlock()
 	s.runHolderBatch(batch)
 	return op.err
@@ -352,7 +376,7 @@ func (s *Store) runHolderBatch(batch []*holderOp) {
 		switch {
 		case op.err == nil:
 			kept++
-		case !errors.Is(op.err, idem.ErrLeaseLost):
+		case !errors.Is(op.err, idem.ErrLeaseLost) && !errors.Is(op.err, errRollback):
 			_ = tx.Rollback()
 			cause := op.err
 			for _, o := range batch {
@@ -509,11 +533,15 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		return out, nil
 	}
 	var out idem.Claim
-	err = s.inTx(ctx, "claim", func(tx *sql.Tx, now int64) error {
+	// The claim shares its transaction (and its commit) with the claims
+	// and lease holders' writes queued meanwhile.
+	err = s.inSharedTx(ctx, "claim", false, func(ctx context.Context, tx *sql.Tx, now int64) error {
 		// Bump the counter first: the transaction's first statement is a
 		// write, so it waits for the write lock (busy_timeout) even on a
 		// *sql.DB opened without _txlock=immediate. A claim that acquires
-		// nothing rolls the bump back, which writes nothing to the WAL.
+		// nothing changes nothing else: its bump is rolled back, or
+		// committed with the writes it shares the transaction with (a gap
+		// in the tokens, which only have to increase).
 		var token int64
 		if err := tx.QueryRowContext(ctx, "UPDATE idem_token_counter SET value = value + 1 WHERE id = 1 RETURNING value").Scan(&token); err != nil {
 			return fmt.Errorf("idemsqlite: claim: next token: %w", classify(err))
