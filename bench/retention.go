@@ -152,7 +152,7 @@ FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
 			if retire {
 				wg.Go(func() {
 					start := time.Now()
-					count, retErr = retireLoop(retCtx, store, partitioned, int64(rows))
+					count, retErr = retireLoop(retCtx, store, partitioned)
 					retired = time.Since(start)
 				})
 			}
@@ -163,7 +163,11 @@ FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
 			stop()
 			wg.Wait()
 			if retire && os.Getenv("IDEM_BENCH_VERBOSE") != "" {
-				fmt.Fprintf(os.Stderr, "%s: retention ran %v beside the claims and retired %d rows\n", s.Name, retired.Round(time.Millisecond), count)
+				unit := "rows"
+				if partitioned {
+					unit = "partitions"
+				}
+				fmt.Fprintf(os.Stderr, "%s: retention ran %v beside the claims and retired %d %s\n", s.Name, retired.Round(time.Millisecond), count, unit)
 			}
 			return errors.Join(err, retErr)
 		},
@@ -180,18 +184,19 @@ FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
 	}, nil
 }
 
-// retireLoop runs the retention until ctx ends and returns how many rows
-// it retired: Purge on the plain table (DELETE batches of 1,000 until none
-// is left, again every 100 ms), Maintain on the partitioned layout (which
-// drops the partition of rows expired rows that fill left), every 100 ms.
-func retireLoop(ctx context.Context, store *idempgx.Store, partitioned bool, rows int64) (int64, error) {
+// retireLoop runs the retention until ctx ends and returns how much it
+// retired: Purge on the plain table (DELETE batches of 1,000 until none is
+// left, again every 100 ms), rows; Maintain on the partitioned layout
+// (which drops the partition of expired rows that fill left), every
+// 100 ms, partitions.
+func retireLoop(ctx context.Context, store *idempgx.Store, partitioned bool) (int64, error) {
 	var retired int64
 	for {
 		var err error
 		if partitioned {
 			var rep idempgx.MaintainReport
 			rep, err = store.Maintain(ctx, nil)
-			retired += rows * int64(len(rep.Dropped))
+			retired += int64(len(rep.Dropped))
 		} else {
 			var n int64
 			n, err = store.Purge(ctx, 0)
