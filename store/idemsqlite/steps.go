@@ -40,7 +40,9 @@ func (s *Store) RecordStep(ctx context.Context, req idem.StepRequest) (idem.Step
 
 // DoStepTx implements idem.StepTxStore: fn's effect and the step record
 // commit in one write transaction, so the effect commits only if the lease
-// is current and the step was not recorded yet.
+// is current and the step was not recorded yet. The transaction holds the
+// store's write lock while fn runs (SQLite has one writer): fn must use tx
+// only, never the store or its *sql.DB, and should be short.
 func (s *Store) DoStepTx(ctx context.Context, req idem.StepRequest, fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (idem.StepRecord, error) {
 	req.Result, req.Tombstone = nil, false
 	if err := idem.ValidateStep(req); err != nil {
