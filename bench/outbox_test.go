@@ -256,29 +256,37 @@ func BenchmarkOutboxAMQP(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer pub.Close()
-		sent := &obSentCounter{want: int64(b.N), done: make(chan struct{})}
-		r, err := outbox.NewRelay(ob, pub, &outbox.Config{Workers: outboxBenchWorkers, BatchSize: outboxBenchBatch,
-			PollInterval: 10 * time.Millisecond, PurgeInterval: -1, Hooks: []idem.Hook{sent},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		rctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		events := obEventsPerSecond(b, func() {
-			wg.Go(func() {
-				if err := r.Run(rctx); err != nil {
-					b.Error(err)
-				}
-			})
-			select {
-			case <-sent.done:
-			case <-time.After(10 * time.Minute):
-				b.Errorf("relay: %d of %d events sent after 10 minutes", sent.n.Load(), b.N)
-			}
-		})
-		cancel()
-		wg.Wait()
+		events := obRelayEventsPerSecond(b, ob, pub)
 		b.ReportMetric(events, "events/s")
 	})
+}
+
+// obRelayEventsPerSecond runs an outbox.Relay (outboxBenchWorkers workers,
+// batches of outboxBenchBatch) over d until b.N events are sent, and
+// returns the events sent per second.
+func obRelayEventsPerSecond(b *testing.B, d outbox.Driver, pub outbox.Publisher) float64 {
+	sent := &obSentCounter{want: int64(b.N), done: make(chan struct{})}
+	r, err := outbox.NewRelay(d, pub, &outbox.Config{Workers: outboxBenchWorkers, BatchSize: outboxBenchBatch,
+		PollInterval: 10 * time.Millisecond, PurgeInterval: -1, Hooks: []idem.Hook{sent},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	events := obEventsPerSecond(b, func() {
+		wg.Go(func() {
+			if err := r.Run(ctx); err != nil {
+				b.Error(err)
+			}
+		})
+		select {
+		case <-sent.done:
+		case <-time.After(10 * time.Minute):
+			b.Errorf("relay: %d of %d events sent after 10 minutes", sent.n.Load(), b.N)
+		}
+	})
+	cancel()
+	wg.Wait()
+	return events
 }

@@ -185,7 +185,7 @@ func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent := listAllFast(t, ctx, env, outbox.StateSent)
+	sent := listPaged(t, ctx, env.Backend, outbox.StateSent, outbox.MaxBatch)
 	if len(sent) != len(committed) {
 		t.Errorf("%d events sent, %d committed", len(sent), len(committed))
 	}
@@ -208,25 +208,6 @@ func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) 
 	}
 	t.Logf("%d committed events published by %d processes x %d loops with %d kills: all at least once, %d duplicate publishes (same ids), none of %d rolled back; %v (%.0f events/s)",
 		len(committed), procs, envInt(EnvWorkers, 4), killed, dups, len(rolledBk), elapsed.Round(time.Millisecond), float64(len(committed))/elapsed.Seconds())
-}
-
-func listAllFast[Tx any](t *testing.T, ctx context.Context, env Env[Tx], st outbox.State) []outbox.Row {
-	t.Helper()
-	var (
-		out   []outbox.Row
-		after int64
-	)
-	for {
-		rows, err := env.Backend.List(ctx, outbox.ListRequest{State: st, AfterID: after, Limit: outbox.MaxBatch})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rows...)
-		if len(rows) < outbox.MaxBatch {
-			return out
-		}
-		after = rows[len(rows)-1].ID
-	}
 }
 
 // ServeRelay is the body of an acceptance relay process: it runs

@@ -227,19 +227,26 @@ func stats(t *testing.T, ctx context.Context, d outbox.Driver) map[outbox.State]
 	return out
 }
 
+// listAll lists every event in st, in small pages (so paging is tested).
 func listAll(t *testing.T, ctx context.Context, d outbox.Driver, st outbox.State) []outbox.Row {
+	t.Helper()
+	return listPaged(t, ctx, d, st, 7)
+}
+
+// listPaged lists every event in st, page rows at a time.
+func listPaged(t *testing.T, ctx context.Context, d outbox.Driver, st outbox.State, page int) []outbox.Row {
 	t.Helper()
 	var (
 		out   []outbox.Row
 		after int64
 	)
 	for {
-		rows, err := d.List(ctx, outbox.ListRequest{State: st, AfterID: after, Limit: 7})
+		rows, err := d.List(ctx, outbox.ListRequest{State: st, AfterID: after, Limit: page})
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, rows...)
-		if len(rows) < 7 {
+		if len(rows) < page {
 			return out
 		}
 		after = rows[len(rows)-1].ID
