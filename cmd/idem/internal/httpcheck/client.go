@@ -82,9 +82,9 @@ func newRunner(cfg Config, target *url.URL) *runner {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       cfg.Timeout,
 	}
-	for _, h := range []http.Header{cfg.Header, cfg.PrincipalA, cfg.PrincipalB} {
+	for i, h := range []http.Header{cfg.Header, cfg.PrincipalA, cfg.PrincipalB} {
 		for name, vs := range h {
-			if !sensitive(name) {
+			if i == 0 && !sensitive(name) { // a principal's every header is hidden
 				continue
 			}
 			for _, v := range vs {

@@ -101,10 +101,11 @@ func TestMismatchBody(t *testing.T) {
 
 func TestRedact(t *testing.T) {
 	cfg := Config{Header: http.Header{"Authorization": {"Bearer tok-0123456789"}, "X-Api-Key": {"k-abcdefgh"}, "X-Trace": {"visible-value"}},
-		PrincipalA: http.Header{"Cookie": {"sid=abc123"}}}
+		PrincipalA: http.Header{"Cookie": {"sid=abc123"}}, PrincipalB: http.Header{"X-User": {"user-bob"}}}
 	r := newRunner(cfg, &url.URL{Scheme: "http", Host: "127.0.0.1:1"})
-	got := r.redact("Bearer tok-0123456789 and tok-0123456789 and k-abcdefgh and sid=abc123 and visible-value")
-	if strings.Contains(got, "tok-") || strings.Contains(got, "k-abcdefgh") || strings.Contains(got, "sid=abc123") || !strings.Contains(got, "visible-value") {
+	got := r.redact("Bearer tok-0123456789 and tok-0123456789 and k-abcdefgh and sid=abc123 and user-bob and visible-value")
+	if strings.Contains(got, "tok-") || strings.Contains(got, "k-abcdefgh") || strings.Contains(got, "sid=abc123") || strings.Contains(got, "user-bob") ||
+		!strings.Contains(got, "visible-value") {
 		t.Fatalf("redact: %s", got)
 	}
 }
