@@ -32,6 +32,7 @@ type proxyOptions struct {
 	ttl, lease, wait, timeout, upstreamTimeout          time.Duration
 	readHeaderTimeout, bodyTimeout, idleTimeout         time.Duration
 	shutdown, purgeEvery                                time.Duration
+	replayCache                                         time.Duration
 	maxConns                                            int
 }
 
@@ -88,6 +89,8 @@ and exits 0.`,
 	f.IntVar(&o.maxConns, "max-conns", 1024, "most client connections open at once; more wait to be accepted (0: no limit)")
 	f.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	f.DurationVar(&o.purgeEvery, "purge-interval", 10*time.Minute, "how often expired records are purged (0: never)")
+	f.DurationVar(&o.replayCache, "replay-cache", idemhttp.DefaultCacheMaxAge,
+		"keep completed responses in memory this long (at most 1m) to replay them without the store; a key deleted elsewhere may still be replayed for this long (0: no cache)")
 	for name, env := range map[string]string{
 		"listen": "IDEM_PROXY_LISTEN", "upstream": "IDEM_PROXY_UPSTREAM", "scope-header": "IDEM_PROXY_SCOPE_HEADER",
 		"require-key": "IDEM_PROXY_REQUIRE_KEY", "ttl": "IDEM_PROXY_TTL", "lease": "IDEM_PROXY_LEASE",
@@ -97,6 +100,7 @@ and exits 0.`,
 		"read-header-timeout": "IDEM_PROXY_READ_HEADER_TIMEOUT", "body-timeout": "IDEM_PROXY_BODY_TIMEOUT",
 		"idle-timeout": "IDEM_PROXY_IDLE_TIMEOUT", "max-conns": "IDEM_PROXY_MAX_CONNS",
 		"shutdown-timeout": "IDEM_PROXY_SHUTDOWN_TIMEOUT", "purge-interval": "IDEM_PROXY_PURGE_INTERVAL",
+		"replay-cache": "IDEM_PROXY_REPLAY_CACHE",
 	} {
 		envFlag(cmd, name, env)
 	}
@@ -152,10 +156,13 @@ func (o proxyOptions) validate() (*url.URL, int64, error) {
 		name string
 		v    time.Duration
 	}{{"--wait", o.wait}, {"--timeout", o.timeout}, {"--upstream-timeout", o.upstreamTimeout}, {"--body-timeout", o.bodyTimeout},
-		{"--shutdown-timeout", o.shutdown}, {"--purge-interval", o.purgeEvery}} {
+		{"--shutdown-timeout", o.shutdown}, {"--purge-interval", o.purgeEvery}, {"--replay-cache", o.replayCache}} {
 		if d.v < 0 {
 			return nil, 0, usageErrorf("%s must not be negative, got %v", d.name, d.v)
 		}
+	}
+	if o.replayCache > time.Minute {
+		return nil, 0, usageErrorf("--replay-cache %v is too long: at most 1m (it bounds how long a deleted key may still be replayed)", o.replayCache)
 	}
 	if o.maxConns < 0 {
 		return nil, 0, usageErrorf("--max-conns must not be negative, got %d", o.maxConns)
@@ -252,7 +259,12 @@ func runProxy(cmd *cobra.Command, o proxyOptions, cfg storeConfig) error {
 		principal = idemhttp.PrincipalFromHeader(o.scopeHeader)
 		preserve = append(preserve, o.scopeHeader)
 	}
+	var cache *idemhttp.ReplayCache
+	if o.replayCache > 0 {
+		cache = &idemhttp.ReplayCache{MaxAge: o.replayCache}
+	}
 	mw, err := idemhttp.New(store, &idemhttp.Config{
+		Cache:         cache,
 		RequireKey:    o.requireKey,
 		Principal:     principal,
 		MaxBodyBytes:  maxBody,

@@ -138,6 +138,8 @@ func TestProxyFlags(t *testing.T) {
 	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--error-format", "xml"), exitUsage, `invalid --error-format "xml"`)
 	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--max-conns", "-1"), exitUsage, "--max-conns must not be negative")
 	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--body-timeout", "-1s"), exitUsage, "--body-timeout must not be negative")
+	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--replay-cache", "-1s"), exitUsage, "--replay-cache must not be negative")
+	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--replay-cache", "2m"), exitUsage, "--replay-cache 2m0s is too long")
 	wantExit(t, runCLI(t, nil, "proxy", "--upstream", "http://x", "--listen", "127.0.0.1:9", "--admin-listen", "127.0.0.1:9"),
 		exitUsage, "--admin-listen must differ")
 	if r := runCLI(t, nil, "proxy", "--upstream", "http://u:s3cret@[::1"); strings.Contains(r.Stderr+r.Stdout, "s3cret") {
