@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -411,6 +412,8 @@ func TestErrorsReported(t *testing.T) {
 	})
 }
 
+var quiet = slog.New(slog.DiscardHandler)
+
 // fileLedger keeps effects as lines in a file under consumetest.Dir, so a
 // restarted process sees them: one line per effect.
 type fileLedger struct {
@@ -589,7 +592,11 @@ func TestHungDelivery(t *testing.T) {
 				},
 				Effects: l.effects,
 			}, &consumetest.Options{Timeout: 50 * time.Millisecond})
-			wantFailures(t, r, rep, []string{"twice"}, `delivery 2 did not finish within 50ms (Options.Timeout; it returned `)
+			wantFailures(t, r, rep, []string{"twice"}, `delivery 2 did not finish within 50ms (Options.Timeout; it returned `,
+				"expected 1 effect, got 0: lost (not delivered: an earlier delivery did not finish in time; delivered 0×)")
+			if s, _ := rep.Scenario(consumetest.Twice); len(s.Failures) != 4 || s.Lost != 3 {
+				t.Errorf("twice: %+v", s)
+			}
 			for _, s := range rep.Scenarios[2:] {
 				if s.Skipped != "an earlier delivery did not finish in time" {
 					t.Errorf("%s: skipped %q", s.Scenario, s.Skipped)
@@ -608,7 +615,7 @@ func TestEngineConsumerPasses(t *testing.T) {
 	e, err := consume.New(consume.GuardProcess(g, func(ctx context.Context, _ idem.Run, d consume.Delivery) error {
 		consumetest.Point(ctx)
 		return l.apply(ctx, d.ID())
-	}), &consume.Config{Name: "payments", Retry: &retry.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond}})
+	}), &consume.Config{Name: "payments", Logger: quiet, Retry: &retry.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +634,7 @@ func TestEngineDeadLetterIsLost(t *testing.T) {
 	l := newLedger()
 	e, err := consume.New(func(ctx context.Context, msg idem.Message, d consume.Delivery) (idem.Outcome, error) {
 		return "", errors.New("card declined")
-	}, &consume.Config{Name: "payments", Retry: &retry.Policy{MaxAttempts: 2, Base: time.Millisecond, Cap: time.Millisecond}})
+	}, &consume.Config{Name: "payments", Logger: quiet, Retry: &retry.Policy{MaxAttempts: 2, Base: time.Millisecond, Cap: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

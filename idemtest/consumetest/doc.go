@@ -26,6 +26,11 @@
 // the failure names the scenario, the id and what happened to it. A table
 // of every scenario is logged and returned as a [Report].
 //
+// A consumer built on idem's consumer engine (the one behind every broker
+// adapter) is tested through [Engine]: Target.Deliver = consumetest.Engine(e)
+// hands each delivery to e as an adapter would, retry state and dead
+// letters included.
+//
 // # Where the faults land
 //
 // A handler that calls [Point] at the places where it can be interrupted

@@ -104,7 +104,9 @@ func (sc *scenario) body(id string, variant int) []byte { return sc.r.o.Body(id,
 func (sc *scenario) note(id, format string, args ...any) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	sc.notes[id] = append(sc.notes[id], fmt.Sprintf(format, args...))
+	if n := fmt.Sprintf(format, args...); !slices.Contains(sc.notes[id], n) {
+		sc.notes[id] = append(sc.notes[id], n)
+	}
 }
 
 func (sc *scenario) fail(format string, args ...any) {
@@ -134,7 +136,9 @@ func (sc *scenario) repeat(n int) {
 		for range n {
 			sc.deliver(id, sc.body(id, 0), nil)
 		}
-		sc.note(id, "delivered %d× in a row", n)
+		if !sc.r.hung.Load() {
+			sc.note(id, "delivered %d× in a row", n)
+		}
 	}
 }
 
@@ -162,6 +166,10 @@ func (sc *scenario) concurrent() {
 // unacknowledged message, first with the fault of first (nil: none). It
 // reports whether the message was finally acknowledged.
 func (sc *scenario) deliver(id string, body []byte, first *injector) bool {
+	if sc.r.hung.Load() {
+		sc.note(id, "not delivered: an earlier delivery did not finish in time")
+		return false
+	}
 	pause := 5 * time.Millisecond
 	var last error
 	for i := range sc.r.o.MaxAttempts {
