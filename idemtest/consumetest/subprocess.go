@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idem-go/idem/internal/textcut"
 )
 
 // The environment of a child process of the kill scenario.
@@ -122,8 +124,8 @@ func deliverChild(target Target, o Options, r request, in *injector) (err error)
 
 func oneLine(s string) string {
 	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
-	if len(s) > 1024 {
-		s = s[:1024] + "…"
+	if cut := textcut.Cut(s, 1024); cut != s {
+		return cut + "…"
 	}
 	return s
 }
@@ -151,9 +153,6 @@ func testPattern(name string) string {
 // startChild starts the test binary with only this test selected and
 // waits until its Run serves deliveries.
 func (r *runner) startChild() (*child, error) {
-	if runtime.GOOS == "windows" {
-		return nil, errors.New("child processes need an extra file descriptor, which Windows does not pass")
-	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -292,6 +291,10 @@ func (sc *scenario) kill() {
 	r := sc.r
 	if !r.target.Subprocess {
 		sc.res.Skipped = "Target.Subprocess is not set"
+		return
+	}
+	if runtime.GOOS == "windows" {
+		sc.res.Skipped = "child processes need an extra file descriptor, which Windows does not pass"
 		return
 	}
 	var plans []killPlan
