@@ -49,11 +49,12 @@ const (
 	GroupRedis    = "Redis: claims"
 	GroupSQLite   = "Embedded SQLite: dedupe"
 	GroupHTTP     = "HTTP: Idempotency-Key middleware (SQLite store)"
+	GroupProxy    = "HTTP proxy: idem proxy vs httputil.ReverseProxy (SQLite store)"
 	GroupConsumer = "Consumer path in process (Watermill peer)"
 )
 
 // Groups lists the groups in report order.
-var Groups = []string{GroupPostgres, GroupPostgres1000, GroupRetention, GroupMySQL, GroupRedis, GroupSQLite, GroupHTTP, GroupConsumer}
+var Groups = []string{GroupPostgres, GroupPostgres1000, GroupRetention, GroupMySQL, GroupRedis, GroupSQLite, GroupHTTP, GroupProxy, GroupConsumer}
 
 // Needs names the services a scenario needs.
 type Needs int

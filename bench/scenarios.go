@@ -28,6 +28,7 @@ func Scenarios(sz Sizes) []*Scenario {
 	out = append(out, redisScenarios(sz.Redis)...)
 	out = append(out, sqliteScenarios(sz.PerMessage, sz.Batched)...)
 	out = append(out, httpScenarios(sz.HTTP)...)
+	out = append(out, proxyScenarios(sz.HTTP)...)
 	out = append(out, consumerScenarios(sz.PerMessage, sz.Batched)...)
 	return out
 }
