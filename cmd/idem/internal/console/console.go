@@ -202,7 +202,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: with no-referrer a browser sends
+	// "Origin: null" on the console's own form posts.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
@@ -227,14 +229,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, http.StatusBadRequest, "unreadable form: "+err.Error())
 			return
 		}
-		if why := s.checkCSRF(r); why != "" {
-			s.log.Warn("console: refused", "why", why, "path", r.URL.Path, "who", s.who(r), "remote", r.RemoteAddr)
-			s.fail(w, r, http.StatusForbidden, "refused: "+why+"; reload the page and try again")
-			return
-		}
+		// Read-only first: it refuses every action whatever the form holds.
 		if s.cfg.ReadOnly && !login && r.URL.Path != "/logout" {
 			s.log.Warn("console: refused", "why", "read-only", "path", r.URL.Path, "who", s.who(r), "remote", r.RemoteAddr)
 			s.fail(w, r, http.StatusForbidden, "this console is read-only (--read-only): no action is allowed")
+			return
+		}
+		if why := s.checkCSRF(r); why != "" {
+			s.log.Warn("console: refused", "why", why, "path", r.URL.Path, "who", s.who(r), "remote", r.RemoteAddr)
+			s.fail(w, r, http.StatusForbidden, "refused: "+why+"; reload the page and try again")
 			return
 		}
 	}

@@ -65,7 +65,7 @@ func TestSecurityHeaders(t *testing.T) {
 			t.Errorf("%s: CSP allows inline code: %q", path, csp)
 		}
 		for h, want := range map[string]string{"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY",
-			"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"} {
+			"Referrer-Policy": "same-origin", "Cache-Control": "no-store"} {
 			if got := r.header.Get(h); got != want {
 				t.Errorf("%s: %s = %q, want %q", path, h, got, want)
 			}
@@ -184,6 +184,7 @@ func TestCSRF(t *testing.T) {
 		"no token":         c.postRaw("/inbox/redrive", url.Values{"id": {id}}, e.srv.URL),
 		"wrong token":      c.postRaw("/inbox/redrive", url.Values{"id": {id}, "csrf": {strings.Repeat("0", 64)}}, e.srv.URL),
 		"other origin":     c.postRaw("/inbox/redrive", url.Values{"id": {id}, "csrf": {c.csrf()}}, "https://evil.example"),
+		"null origin":      c.postRaw("/inbox/redrive", url.Values{"id": {id}, "csrf": {c.csrf()}}, "null"),
 		"no cookie at all": e.client().postRaw("/inbox/redrive", url.Values{"id": {id}, "csrf": {c.csrf()}}, e.srv.URL),
 		"login":            e.client().postRaw("/login", url.Values{"token": {"x"}}, e.srv.URL),
 	} {
@@ -313,6 +314,9 @@ func TestKeySearch(t *testing.T) {
 	wantCode(t, c.get("/keys?key_prefix=inv"), http.StatusOK, "invoice-7")
 	wantCode(t, c.get("/keys?scope_prefix=http+&state=completed"), http.StatusOK, "pay-1")
 	wantCode(t, c.get("/keys?key=nothing"), http.StatusOK, "No record matches")
+	// The search form sends every field, empty ones too: a key with an
+	// empty scope searches every scope.
+	wantCode(t, c.get("/keys?key=pay-1&scope=&scope_hash=&key_prefix=&scope_prefix=&state=&limit=50"), http.StatusOK, "&#34;bob&#34;")
 	wantCode(t, c.get("/keys?all=1"), http.StatusOK, "invoice-7", "pay-1")
 
 	// Key and scope: straight to the record.

@@ -95,7 +95,7 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 		s.failErr(w, r, "key search", err)
 		return
 	}
-	exact := f.Key != "" && r.URL.Query().Has("scope") && f.ScopeHash == "" && f.KeyPrefix == "" && f.ScopePrefix == "" && f.State == ""
+	exact := f.Key != "" && f.Scope != "" && f.ScopeHash == "" && f.KeyPrefix == "" && f.ScopePrefix == "" && f.State == ""
 	if exact || s.lister == nil {
 		if !exact {
 			s.fail(w, r, http.StatusBadRequest, "this store cannot list its records: search by key and scope")

@@ -114,7 +114,7 @@ func query(kv ...any) template.URL {
 	q := url.Values{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		v := fmt.Sprint(kv[i+1])
-		if v != "" && v != "0" {
+		if v != "" {
 			q.Set(fmt.Sprint(kv[i]), v)
 		}
 	}
