@@ -117,45 +117,53 @@ func BenchmarkOutboxNATS(b *testing.B) {
 	})
 
 	b.Run("relay", func(b *testing.B) {
-		ob, pool := obSchema(b, pgURL)
-		run := obSuffix()
-		for from := 0; from < b.N; from += 1000 {
-			evs := make([]outbox.Event, 0, 1000)
-			for i := from; i < min(from+1000, b.N); i++ {
-				evs = append(evs, outbox.Event{ID: fmt.Sprintf("relay-%s-%d", run, i), Topic: subject + ".relay", Payload: []byte(`{"order":42}`)})
-			}
-			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Write(ctx, ob, tx, evs...) }); err != nil {
-				b.Fatal(err)
-			}
-		}
 		pub, err := idemnats.NewOutboxPublisher(js, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		sent := &obSentCounter{want: int64(b.N), done: make(chan struct{})}
-		r, err := outbox.NewRelay(ob, pub, &outbox.Config{Workers: outboxBenchWorkers, BatchSize: outboxBenchBatch,
-			PollInterval: 10 * time.Millisecond, PurgeInterval: -1, Hooks: []idem.Hook{sent},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
+		b.ReportMetric(obRelay(b, pgURL, subject+".relay", []byte(`{"order":42}`), pub), "events/s")
+	})
+}
+
+// obRelay writes b.N events for topic into a private PostgreSQL outbox
+// (not timed), then runs an outbox.Relay with pub, outboxBenchWorkers
+// workers and batches of outboxBenchBatch until every event is marked
+// sent, and returns the events/s of that part.
+func obRelay(b *testing.B, pgURL, topic string, payload []byte, pub outbox.Publisher) float64 {
+	b.Helper()
+	ctx := context.Background()
+	ob, pool := obSchema(b, pgURL)
+	run := obSuffix()
+	for from := 0; from < b.N; from += outbox.MaxBatch {
+		evs := make([]outbox.Event, 0, outbox.MaxBatch)
+		for i := from; i < min(from+outbox.MaxBatch, b.N); i++ {
+			evs = append(evs, outbox.Event{ID: fmt.Sprintf("relay-%s-%d", run, i), Topic: topic, Payload: payload})
+		}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Write(ctx, ob, tx, evs...) }); err != nil {
 			b.Fatal(err)
 		}
-		rctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		events := obEventsPerSecond(b, func() {
-			wg.Go(func() {
-				if err := r.Run(rctx); err != nil {
-					b.Error(err)
-				}
-			})
-			select {
-			case <-sent.done:
-			case <-time.After(10 * time.Minute):
-				b.Errorf("relay: %d of %d events sent after 10 minutes", sent.n.Load(), b.N)
+	}
+	sent := &obSentCounter{want: int64(b.N), done: make(chan struct{})}
+	r, err := outbox.NewRelay(ob, pub, &outbox.Config{Workers: outboxBenchWorkers, BatchSize: outboxBenchBatch,
+		PollInterval: 10 * time.Millisecond, PurgeInterval: -1, Hooks: []idem.Hook{sent},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	return obEventsPerSecond(b, func() {
+		wg.Go(func() {
+			if err := r.Run(rctx); err != nil {
+				b.Error(err)
 			}
 		})
-		cancel()
-		wg.Wait()
-		b.ReportMetric(events, "events/s")
+		select {
+		case <-sent.done:
+		case <-time.After(10 * time.Minute):
+			b.Errorf("relay: %d of %d events sent after 10 minutes", sent.n.Load(), b.N)
+		}
 	})
 }
 
