@@ -644,3 +644,30 @@ func TestEngineDeadLetterIsLost(t *testing.T) {
 	wantFailures(t, r, rep, []string{"once"},
 		`expected 1 effect, got 0: lost (consumetest: dead-lettered (max_attempts): card declined; delivered 2×)`)
 }
+
+// A child process that cannot build its target fails the kill scenario
+// with the child's own output.
+func TestChildFailsToStart(t *testing.T) {
+	t.Parallel()
+	if d := consumetest.Dir(t); d != consumetest.Dir(t) {
+		t.Fatalf("Dir changed between calls: %q", d)
+	}
+	if os.Getenv("IDEM_CONSUMETEST_CHILD") != "" { // the kit's child process
+		t.Fatal("cannot open the ledger in the child")
+	}
+	l := newLedger()
+	r := &recorder{TB: t}
+	rep := consumetest.Run(r, consumetest.Target{
+		Deliver: func(ctx context.Context, d consumetest.Delivery) error {
+			consumetest.Point(ctx)
+			return l.apply(ctx, d.ID)
+		},
+		Effects:    l.effects,
+		Subprocess: true,
+	}, &consumetest.Options{Messages: 1, Copies: 2, ChangedBody: consumetest.Applied,
+		Skip: []consumetest.Scenario{consumetest.Twice, consumetest.Sequential, consumetest.Concurrent, consumetest.OutOfOrder, consumetest.ChangedBody}})
+	wantFailures(t, r, rep, []string{"kill"}, "cannot start the target in a child process: the child process ended (exit status 1); its output:")
+	if s, _ := rep.Scenario(consumetest.Kill); len(s.Failures) != 1 || s.Messages != 0 || !strings.Contains(s.Failures[0], "cannot open the ledger in the child") {
+		t.Errorf("kill: %q", s.Failures)
+	}
+}

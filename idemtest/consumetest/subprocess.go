@@ -157,7 +157,6 @@ func (r *runner) startChild() (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer pw.Close()
 	cmd := exec.Command(os.Args[0], "-test.run="+testPattern(r.t.Name()), "-test.count=1")
 	cmd.Env = append(os.Environ(), envChild+"="+r.t.Name())
 	if d, ok := dirs.Load(r.t.Name()); ok {
@@ -168,9 +167,14 @@ func (r *runner) startChild() (*child, error) {
 	cmd.ExtraFiles = []*os.File{pw}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		pr.Close()
+		pw.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// The child has its copy: the reader sees the end of the pipe when
+	// the child exits.
+	pw.Close()
+	if err != nil {
 		pr.Close()
 		return nil, fmt.Errorf("start %s: %w", os.Args[0], err)
 	}
@@ -326,13 +330,12 @@ func (sc *scenario) kill() {
 		}
 		return true
 	}
-	ids := sc.newIDs(len(plans))
 	mid, afterReturn := 0, 0
-	for i, p := range plans {
-		id := ids[i]
+	for _, p := range plans {
 		if !ensure() {
 			return
 		}
+		id := sc.newIDs(1)[0]
 		returned, err := sc.killOne(c, id, p)
 		c = nil // killed
 		if err != nil {
