@@ -230,6 +230,8 @@ func (m *Migrator) Partition(ctx context.Context, opts *PartitionOptions) error 
 		t := m.table("idem_records")
 		p0 := pgx.Identifier{partitionStem + "0"}.Sanitize()
 		for _, stmt := range []string{
+			// Left by an earlier partitioned layout that `migrate down` removed.
+			`DROP TABLE IF EXISTS ` + m.table(bucketsTable),
 			`ALTER TABLE ` + t + ` RENAME TO ` + p0,
 			`ALTER TABLE ` + m.table(partitionStem+"0") + ` DROP CONSTRAINT idem_records_pkey`,
 			`ALTER TABLE ` + m.table(partitionStem+"0") + ` ADD COLUMN bucket bigint NOT NULL DEFAULT 0`,

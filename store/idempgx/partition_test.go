@@ -312,6 +312,16 @@ func TestPartitionedErrors(t *testing.T) {
 	if err := m.Partition(ctx, &idempgx.PartitionOptions{Interval: time.Millisecond}); err == nil {
 		t.Fatal("an interval under a second was accepted")
 	}
+	// migrate down then up gives the plain table again, which converts again.
+	if _, err := m.Down(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Partition(ctx, nil); err != nil {
+		t.Fatalf("partition after down and up: %v", err)
+	}
 	empty, err := idempgx.NewMigrator(testPool(t), &idempgx.MigratorConfig{Schema: newSchema(t)})
 	if err != nil {
 		t.Fatal(err)
