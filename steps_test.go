@@ -72,6 +72,21 @@ func TestStepsResumeAfterFailure(t *testing.T) {
 	if err != nil || string(res.Value) != "create-ride-ok charge-ok receipt-ok" || res.Replayed {
 		t.Fatalf("retry: got %q, replayed %v, %v", res.Value, res.Replayed, err)
 	}
+	// The execution sees what was recorded, in order, through Recorded.
+	_, _ = g.Do(ctx, call("ride-1b"), func(ctx context.Context, run idem.Run) ([]byte, error) {
+		s := idem.StepsFrom(ctx)
+		if _, err := s.Do(ctx, "first", func(context.Context, idem.Step) ([]byte, error) { return []byte("1"), nil }); err != nil {
+			t.Error(err)
+		}
+		if _, err := idem.StepsOf(run).Do(ctx, "second", func(context.Context, idem.Step) ([]byte, error) { return []byte("2"), nil }); err != nil {
+			t.Error(err)
+		}
+		recs, err := s.Recorded(ctx)
+		if err != nil || len(recs) != 2 || recs[0].Name != "first" || recs[1].Seq != 2 || string(recs[1].Result) != "2" {
+			t.Errorf("Recorded: %+v, %v", recs, err)
+		}
+		return nil, nil
+	})
 	res, err = g.Do(ctx, call("ride-1"), ride.fn)
 	if err != nil || !res.Replayed || string(res.Value) != "create-ride-ok charge-ok receipt-ok" {
 		t.Fatalf("third call: want the replay, got %q, %v", res.Value, err)
