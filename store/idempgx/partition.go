@@ -38,19 +38,20 @@ import (
 //     Two writes of the same bucket meet on that partition's primary key
 //     (ON CONFLICT), as in the plain layout.
 //
-// Writes of the plain layout pay one advisory lock more here, sent in the
-// same round trip as the write (a pipelined batch).
+// Compared with the plain layout, each such write pays one advisory lock
+// more, sent in the same round trip (a pipelined batch), and one index
+// probe per other partition.
 
 const (
 	bucketsTable   = "idem_record_buckets"
 	partitionStem  = "idem_records_p"
-	defaultBucketI = 24 * time.Hour
+	defaultInterval = 24 * time.Hour
 )
 
 var partitionName = regexp.MustCompile(`^idem_records_p([0-9]+)$`)
 
-// ErrNotPartitioned is returned by [Store.Maintain] and [Store.Rotate] on a
-// store whose Config.Partitioned is false, and wrapped by [Store.Ping] when
+// ErrNotPartitioned is returned by [Store.Maintain] and [Store.Partitions]
+// on a store whose Config.Partitioned is false, and wrapped by [Store.Ping] when
 // Config.Partitioned does not match the schema's layout.
 var ErrNotPartitioned = errors.New("idempgx: the idem_records layout does not match Config.Partitioned")
 
@@ -209,7 +210,7 @@ type PartitionOptions struct {
 // layout first: their inserts fail on the partitioned table. The schema
 // must be migrated; converting twice is an error.
 func (m *Migrator) Partition(ctx context.Context, opts *PartitionOptions) error {
-	interval := defaultBucketI
+	interval := defaultInterval
 	if opts != nil && opts.Interval != 0 {
 		interval = opts.Interval
 	}
