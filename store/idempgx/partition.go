@@ -43,8 +43,8 @@ import (
 // probe per other partition.
 
 const (
-	bucketsTable   = "idem_record_buckets"
-	partitionStem  = "idem_records_p"
+	bucketsTable    = "idem_record_buckets"
+	partitionStem   = "idem_records_p"
 	defaultInterval = 24 * time.Hour
 )
 
