@@ -17,7 +17,7 @@ import (
 // minutes (or run `idem keys maintain`). It needs a server
 // (IDEM_POSTGRES_URL), so it has no Output check; it prints
 //
-//	current idem_records_p2, rotated true, dropped [idem_records_p0]
+//	current idem_records_p2, rotated true, dropped [idem_records_p0 idem_records_p1]
 func ExampleStore_Maintain() {
 	url := os.Getenv("IDEM_POSTGRES_URL")
 	if url == "" {
