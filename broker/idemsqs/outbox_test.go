@@ -334,3 +334,21 @@ func TestNewOutboxPublisherConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxBatchBytes: a SendMessageBatch call stays within
+// MaxMessageBytes, however few entries that leaves it.
+func TestOutboxBatchBytes(t *testing.T) {
+	var calls int
+	var sent []sentEntry
+	p := outboxPublisher(t, fakeBatch(t, &calls, &sent), &idemsqs.OutboxConfig{MaxMessageBytes: 4096})
+	msgs := events("https://sqs.us-east-1.amazonaws.com/123456789012/orders", 5, "b")
+	for i := range msgs {
+		msgs[i].Payload = []byte(strings.Repeat("x", 1500))
+	}
+	if errs := p.Publish(context.Background(), msgs); len(errs) != len(msgs) {
+		t.Fatalf("%d errors for %d messages", len(errs), len(msgs))
+	}
+	if calls != 3 || len(sent) != len(msgs) {
+		t.Fatalf("%d calls with %d entries, want 3 calls (2, 2, 1) for 5 messages of 1,500 bytes under 4,096", calls, len(sent))
+	}
+}
