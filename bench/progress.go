@@ -28,9 +28,10 @@ func (p *progress) step(label string) {
 	if p.w == nil {
 		return
 	}
-	filled := barWidth * p.finished / max(p.total, 1)
+	// Reruns of noisy rows go beyond the total planned.
+	filled := min(barWidth*p.finished/max(p.total, 1), barWidth)
 	fmt.Fprintf(p.w, "\r\033[K[%s%s] %3d/%d %6s  %s", strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled),
-		p.finished, p.total, time.Since(p.start).Round(time.Second), label)
+		p.finished, max(p.total, p.finished), time.Since(p.start).Round(time.Second), label)
 	p.finished++
 }
 

@@ -158,6 +158,14 @@ type Result struct {
 	Rates []float64
 	// Err is set when the scenario could not run; the report says so.
 	Err error
+	// Rerun is set when the row's first runs were noisy (see
+	// [Result.Noisy]) and were made again; FirstRates are the first runs,
+	// RerunErr why the rerun failed (then Rates are the first runs).
+	Rerun      bool
+	FirstRates []float64
+	RerunErr   error
+	// Load is the machine's load while the row's group ran.
+	Load *GroupLoad
 }
 
 // Median, Min and Max summarise Rates (0 when there are none).
@@ -246,19 +254,33 @@ func measureGroup(ctx context.Context, env *Env, scenarios []*Scenario, results 
 			}
 		}
 	}
-	for r := range runs {
-		for i, s := range scenarios {
-			if results[i].Err != nil {
-				continue
+	probe := startLoad()
+	measure := func(rows []int) {
+		for r := range runs {
+			for _, i := range rows {
+				s := scenarios[i]
+				if results[i].Err != nil {
+					continue
+				}
+				again := ""
+				if results[i].Rerun {
+					again = " (rerun: noisy)"
+				}
+				bar.step(fmt.Sprintf("%s · %s c=%d dup=%d%% run %d/%d%s", short(s.Group), s.Name, s.Concurrency, s.DupPercent, r+1, runs, again))
+				rate, err := measureRun(ctx, env, s, prepared[i], r)
+				if err != nil {
+					results[i].Err = err
+					continue
+				}
+				results[i].Rates = append(results[i].Rates, rate)
 			}
-			bar.step(fmt.Sprintf("%s · %s c=%d dup=%d%% run %d/%d", short(s.Group), s.Name, s.Concurrency, s.DupPercent, r+1, runs))
-			rate, err := measureRun(ctx, env, s, prepared[i], r)
-			if err != nil {
-				results[i].Err = err
-				continue
-			}
-			results[i].Rates = append(results[i].Rates, rate)
 		}
+	}
+	measure(indexes(len(scenarios)))
+	rerunNoisy(measure, results)
+	load := probe.end()
+	for i := range results {
+		results[i].Load = &load
 	}
 }
 
