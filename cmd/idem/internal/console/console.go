@@ -34,6 +34,9 @@ const (
 	// store examine (a filter that matches few records then shows a short
 	// page and "search further" instead of reading the whole store).
 	DefaultSearchExamine = 50_000
+	// DefaultSearchTime bounds the time one key-search page spends
+	// listing (it stops after the List call that passes it).
+	DefaultSearchTime = time.Second
 	// DefaultOverviewExamine bounds the records the overview reads.
 	DefaultOverviewExamine = 100_000
 	// maxShownBytes bounds a body, result or payload shown on a page.
@@ -119,6 +122,9 @@ type Config struct {
 	// and one overview read. Defaults DefaultSearchExamine and
 	// DefaultOverviewExamine.
 	SearchExamine, OverviewExamine int
+	// SearchTime bounds the time one search page lists. Default
+	// DefaultSearchTime.
+	SearchTime time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -145,6 +151,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.SearchExamine <= 0 {
 		cfg.SearchExamine = DefaultSearchExamine
+	}
+	if cfg.SearchTime <= 0 {
+		cfg.SearchTime = DefaultSearchTime
 	}
 	if cfg.OverviewExamine <= 0 {
 		cfg.OverviewExamine = DefaultOverviewExamine

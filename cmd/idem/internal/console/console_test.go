@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/cmd/idem/internal/console"
@@ -367,6 +368,14 @@ func TestKeySearchBounded(t *testing.T) {
 	next := r.body[strings.LastIndex(r.body[:i], `href="`)+len(`href="`):]
 	next = strings.ReplaceAll(next[:strings.Index(next, `"`)], "&amp;", "&")
 	wantCode(t, c.get(next), http.StatusOK, "k0005999")
+
+	// The time bound: one List call (5000 records examined) and the page
+	// answers, whatever SearchExamine allows.
+	quick := newEnv(t, func(c *console.Config) { c.SearchTime = time.Nanosecond })
+	if err := fillSQLite(t.Context(), quick.store, "s", 6000); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, quick.client().get("/keys?key=k0005999"), http.StatusOK, "Search further", "examining about 5000 records")
 
 	// Pagination: limit=2 pages through.
 	r = c.get("/keys?key_prefix=k000000&limit=2")

@@ -132,12 +132,13 @@ func (s *Server) keys(w http.ResponseWriter, r *http.Request) {
 }
 
 // search reads pages of the listing until it has limit records, the
-// listing ends or SearchExamine records were examined (each List call
-// examines at most storekit.ListExamine), and returns the cursor to go on
-// from.
+// listing ends, SearchExamine records were examined (each List call
+// examines at most storekit.ListExamine) or SearchTime has passed, and
+// returns the cursor to go on from.
 func (s *Server) search(ctx context.Context, f idem.ListFilter, limit int, cursor string) ([]idem.Record, string, int, error) {
 	var recs []idem.Record
 	examined := 0
+	deadline := time.Now().Add(s.cfg.SearchTime)
 	for {
 		page, err := s.lister.List(ctx, idem.ListRequest{Filter: f, Limit: limit - len(recs), Cursor: cursor})
 		if err != nil {
@@ -146,7 +147,7 @@ func (s *Server) search(ctx context.Context, f idem.ListFilter, limit int, curso
 		recs = append(recs, page.Records...)
 		cursor = page.Next
 		examined += listExamineStep
-		if cursor == "" || len(recs) >= limit || examined >= s.cfg.SearchExamine {
+		if cursor == "" || len(recs) >= limit || examined >= s.cfg.SearchExamine || time.Now().After(deadline) {
 			return recs, cursor, examined, nil
 		}
 	}
