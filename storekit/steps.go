@@ -1,6 +1,8 @@
 package storekit
 
 import (
+	"fmt"
+
 	"github.com/idem-go/idem"
 )
 
@@ -40,4 +42,20 @@ func NewStep(req idem.StepRequest, fp []byte, st StepStats) (idem.StepRecord, er
 		}
 	}
 	return rec, nil
+}
+
+// StepResult takes what the function of a transactional step returned
+// (idem.StepTxStore.DoStepTx) and gives req with its result to record, or
+// the error to roll the transaction back with: fn's error wrapped (named
+// by store, e.g. "idempgx"), or an error wrapping idem.ErrInvalidStep for a
+// result over idem.MaxStepResultBytes.
+func StepResult(store string, req idem.StepRequest, val []byte, err error) (idem.StepRequest, error) {
+	if err != nil {
+		return req, fmt.Errorf("%s: step %q (scope %q, key %q): %w", store, req.Name, req.Scope, req.Key, err)
+	}
+	if len(val) > idem.MaxStepResultBytes {
+		return req, idem.StepResultTooLarge(req.Name, len(val))
+	}
+	req.Result = val
+	return req, nil
 }

@@ -2,6 +2,7 @@ package storekit_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/idem-go/idem"
@@ -30,5 +31,19 @@ func TestNewStep(t *testing.T) {
 		if _, err := storekit.NewStep(req, fp[:], c.st); !errors.Is(err, c.want) {
 			t.Errorf("%+v: want %v, got %v", c.st, c.want, err)
 		}
+	}
+}
+
+func TestStepResult(t *testing.T) {
+	req := idem.StepRequest{Scope: "s", Key: "k", Name: "charge"}
+	boom := errors.New("declined")
+	if _, err := storekit.StepResult("store", req, nil, boom); !errors.Is(err, boom) || !strings.Contains(err.Error(), `store: step "charge"`) {
+		t.Errorf("fn's error: want it wrapped and named, got %v", err)
+	}
+	if _, err := storekit.StepResult("store", req, make([]byte, idem.MaxStepResultBytes+1), nil); !errors.Is(err, idem.ErrInvalidStep) {
+		t.Errorf("a result over the limit: want ErrInvalidStep, got %v", err)
+	}
+	if got, err := storekit.StepResult("store", req, []byte("ok"), nil); err != nil || string(got.Result) != "ok" {
+		t.Errorf("a result: got %q, %v", got.Result, err)
 	}
 }

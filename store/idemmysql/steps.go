@@ -49,13 +49,9 @@ func (s *Store) DoStepTx(ctx context.Context, req idem.StepRequest, fn func(ctx 
 	err := s.gated(ctx, "step", func() error {
 		return s.inTx(ctx, "step", func(tx *sql.Tx) (bool, error) {
 			val, err := fn(ctx, tx)
-			if err != nil {
-				return false, fmt.Errorf("idemmysql: step %q (scope %q, key %q): %w", req.Name, req.Scope, req.Key, err)
+			if req, err = storekit.StepResult("idemmysql", req, val, err); err != nil {
+				return false, err
 			}
-			if len(val) > idem.MaxStepResultBytes {
-				return false, idem.StepResultTooLarge(req.Name, len(val))
-			}
-			req.Result = val
 			rec, err = s.writeStep(ctx, tx, req)
 			return err == nil, err
 		})

@@ -56,13 +56,9 @@ func (s *Store) DoStepTx(ctx context.Context, req idem.StepRequest, fn func(ctx 
 			return err
 		}
 		val, err := fn(ctx, tx)
-		if err != nil {
-			return fmt.Errorf("idemsqlite: step %q (scope %q, key %q): %w", req.Name, req.Scope, req.Key, err)
+		if req, err = storekit.StepResult("idemsqlite", req, val, err); err != nil {
+			return err
 		}
-		if len(val) > idem.MaxStepResultBytes {
-			return idem.StepResultTooLarge(req.Name, len(val))
-		}
-		req.Result = val
 		rec, err = writeStep(ctx, tx, req, now)
 		return err
 	})

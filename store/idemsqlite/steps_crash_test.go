@@ -73,7 +73,12 @@ func TestStepsRideServer(t *testing.T) {
 		if point != crashAt {
 			return
 		}
-		if err := os.WriteFile(os.Getenv(envRideMarker), []byte(point), 0o600); err != nil {
+		// Written whole, then renamed: the parent must never read it half-written.
+		marker := os.Getenv(envRideMarker)
+		if err := os.WriteFile(marker+".tmp", []byte(point), 0o600); err != nil {
+			fail("marker", err)
+		}
+		if err := os.Rename(marker+".tmp", marker); err != nil {
 			fail("marker", err)
 		}
 		<-make(chan struct{}) // until SIGKILL
