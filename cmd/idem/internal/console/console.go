@@ -39,6 +39,8 @@ const (
 	DefaultSearchTime = time.Second
 	// DefaultOverviewExamine bounds the records the overview reads.
 	DefaultOverviewExamine = 100_000
+	// DefaultOverviewTime bounds the time the overview spends listing.
+	DefaultOverviewTime = 2 * time.Second
 	// maxShownBytes bounds a body, result or payload shown on a page.
 	maxShownBytes = 64 << 10
 	// maxFormBytes bounds a POST body.
@@ -122,9 +124,10 @@ type Config struct {
 	// and one overview read. Defaults DefaultSearchExamine and
 	// DefaultOverviewExamine.
 	SearchExamine, OverviewExamine int
-	// SearchTime bounds the time one search page lists. Default
-	// DefaultSearchTime.
-	SearchTime time.Duration
+	// SearchTime and OverviewTime bound the time one search page and one
+	// overview spend listing. Defaults DefaultSearchTime and
+	// DefaultOverviewTime.
+	SearchTime, OverviewTime time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -154,6 +157,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.SearchTime <= 0 {
 		cfg.SearchTime = DefaultSearchTime
+	}
+	if cfg.OverviewTime <= 0 {
+		cfg.OverviewTime = DefaultOverviewTime
 	}
 	if cfg.OverviewExamine <= 0 {
 		cfg.OverviewExamine = DefaultOverviewExamine

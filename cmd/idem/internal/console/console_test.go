@@ -288,6 +288,12 @@ func TestOverviewBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCode(t, e.client().get("/"), http.StatusOK, "The first 1000 records", "lower bounds")
+	// The time bound: one List call (1000 records) and the page answers.
+	quick := newEnv(t, func(c *console.Config) { c.OverviewTime = time.Nanosecond })
+	if err := fillSQLite(t.Context(), quick.store, "s", 1200); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, quick.client().get("/"), http.StatusOK, "The first 1000 records", "lower bounds")
 }
 
 // TestKeySearch: a key stored by the middleware is found by key alone, by

@@ -58,7 +58,7 @@ type queueOverview struct {
 
 // overview reads what it shows from the stores' own data, each read
 // bounded: the records' states and their created/completed times from at
-// most OverviewExamine records of the listing, the inbox's counts, and at
+// most OverviewExamine records of the listing (and OverviewTime), the inbox's counts, and at
 // most deadScan dead rows and dead letters per queue for their reasons.
 //
 // The stores keep no trace of a replay or of a mismatch (a replay reads the
@@ -112,13 +112,15 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "overview", d)
 }
 
-// scanRecords reads the listing, OverviewExamine records at most, counting
+// scanRecords reads the listing, OverviewExamine records and OverviewTime at
+// most, counting
 // states and the records created and completed in each minute of the last
 // hour.
 func (s *Server) scanRecords(ctx context.Context, d *overviewData, perMinute *[2][60]int) error {
 	cursor := ""
 	hourAgo := d.Now.Add(-time.Hour)
-	for d.Examined < s.cfg.OverviewExamine {
+	deadline := time.Now().Add(s.cfg.OverviewTime)
+	for d.Examined < s.cfg.OverviewExamine && (d.Examined == 0 || time.Now().Before(deadline)) {
 		page, err := s.lister.List(ctx, idem.ListRequest{Limit: idem.MaxListLimit, Cursor: cursor})
 		if err != nil {
 			if ctx.Err() != nil && d.Examined > 0 {
