@@ -100,8 +100,8 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) []
 			continue
 		}
 		select {
-		case ack := <-f.Ok():
-			_ = ack // stored, or a duplicate of one stored: confirmed either way
+		case <-f.Ok():
+			// Stored, or a duplicate of one stored: confirmed either way.
 		case err := <-f.Err():
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				subject := msgs[i].Topic
@@ -111,7 +111,7 @@ func (p *OutboxPublisher) Publish(ctx context.Context, msgs []outbox.Message) []
 					noStream[subject] = missing
 				}
 				if missing {
-					errs[i] = outbox.PermanentError(fmt.Errorf("idemnats: publish %q: no stream captures subject %q", msgs[i].ID, subject))
+					errs[i] = outbox.PermanentError(fmt.Errorf("idemnats: publish %q: no stream captures subject %q: %w", msgs[i].ID, subject, err))
 					continue
 				}
 			}

@@ -199,7 +199,7 @@ func TestOutboxPermanentErrors(t *testing.T) {
 			t.Errorf("%q: error %q does not name the package", m.ID, err)
 		}
 	}
-	if !strings.Contains(errs[1].Error(), "no stream captures subject") {
+	if !strings.Contains(errs[1].Error(), "no stream captures subject") || !errors.Is(errs[1], jetstream.ErrNoStreamResponse) {
 		t.Errorf("no stream: %v", errs[1])
 	}
 	if !errors.Is(errs[2], jetstream.ErrStreamMessageExceedsMaximum) {
