@@ -240,6 +240,9 @@ func (m *Migrator) Partition(ctx context.Context, opts *PartitionOptions) error 
 	PRIMARY KEY (scope, key, bucket)) PARTITION BY LIST (bucket)`,
 			`ALTER TABLE ` + t + ` ALTER COLUMN bucket DROP DEFAULT`,
 			`CREATE INDEX idem_records_part_expires_at_idx ON ` + t + ` (expires_at)`,
+			// The leases of a partition, for Maintain's last look before a
+			// drop (the transactional path writes none).
+			`CREATE INDEX idem_records_part_leases_idx ON ` + t + ` (expires_at) WHERE state = 'in_progress'`,
 			`ALTER TABLE ` + t + ` ATTACH PARTITION ` + m.table(partitionStem+"0") + ` FOR VALUES IN (0)`,
 			`CREATE TABLE ` + m.table(partitionStem+"1") + ` PARTITION OF ` + t + ` FOR VALUES IN (1)`,
 			`CREATE TABLE ` + m.table(bucketsTable) + ` (
@@ -329,8 +332,9 @@ type MaintainReport struct {
 type MaintainOptions struct {
 	// LockTimeout bounds each wait for a lock: the rotation waits for the
 	// writes of the old bucket in flight (and makes new writes wait behind
-	// it), a drop for the queries on the table in flight. Default 2s; a
-	// wait that times out leaves things as they are for a later call.
+	// it, so keep it short), a drop for the catalog lock of the detach.
+	// Default 2s; a wait that times out leaves things as they are for a
+	// later call.
 	LockTimeout time.Duration
 	// Rotate moves the writes to a new partition even if the current one
 	// is younger than its interval.
@@ -345,11 +349,12 @@ type MaintainOptions struct {
 // took them for the interval given to [Migrator.Partition] (creating the
 // next partition first, so writes never lack one), and drops every older
 // partition whose records all expired: retention by dropping whole tables,
-// which returns their space at once, instead of deleting rows. A drop
-// locks the table while it checks the partition again and drops it (a
-// pause of the writes of a few milliseconds, bounded by LockTimeout), so
-// a record cannot be revived in a partition being dropped; a partition
-// that still holds a live record is passed over without a lock.
+// which returns their space at once, instead of deleting rows. Drops do
+// not stop the writes (DETACH PARTITION … CONCURRENTLY): a partition
+// whose records all expired first loses its expired leases (as Purge
+// would delete them), the only records that could come back to life, and
+// is then detached and dropped. A partition that still holds a live record
+// is passed over with one index probe.
 //
 // Purge still works in this layout (it deletes expired rows in place), and
 // is not needed when Maintain runs.
@@ -507,52 +512,73 @@ func (s *Store) rotate(ctx context.Context, from int64, timeout time.Duration) (
 }
 
 // dropIfExpired drops partition p, an old one, if every record in it
-// expired; a lock wait past timeout keeps it.
+// expired, without stopping the writes: no write inserts into an old
+// partition, a completed record never comes back to life (Complete and
+// Extend need a lease), and the expired leases, which could, are deleted
+// first (as Purge would), so once p holds only expired completed records
+// nothing can change in it but deletions, and it is detached CONCURRENTLY.
+// A lock wait past timeout keeps it for a later call.
 func (s *Store) dropIfExpired(ctx context.Context, p PartitionInfo, timeout time.Duration) (bool, error) {
-	live := `SELECT EXISTS (SELECT FROM ` + s.table(p.Name) + ` WHERE expires_at > now())`
-	// A first look without a lock: a partition with live records is left
-	// alone without stopping anyone.
-	var alive bool
-	if err := s.pool.QueryRow(ctx, live).Scan(&alive); err != nil {
+	pt := s.table(p.Name)
+	live := `SELECT EXISTS (SELECT FROM ` + pt + ` WHERE expires_at > now())
+	OR EXISTS (SELECT FROM ` + pt + ` WHERE state = 'in_progress')`
+	var (
+		alive   bool
+		pending bool
+	)
+	err := s.pool.QueryRow(ctx, `SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass($1)`, pt).Scan(&pending)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // dropped meanwhile by another process
+	}
+	if err != nil {
 		return false, s.wrap("maintain: check "+p.Name, err)
 	}
-	if alive {
-		return false, nil
+	if !pending {
+		// Only an index probe when the partition still holds live records.
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+pt+` WHERE expires_at > now())`).Scan(&alive); err != nil {
+			return false, s.wrap("maintain: check "+p.Name, err)
+		}
+		if alive {
+			return false, nil
+		}
+		if _, err := s.pool.Exec(ctx, `DELETE FROM `+pt+` WHERE state = 'in_progress' AND expires_at <= now()`); err != nil {
+			return false, s.wrap("maintain: expired leases of "+p.Name, err)
+		}
+		// A lease extended just before that delete is live again: keep p.
+		if err := s.pool.QueryRow(ctx, live).Scan(&alive); err != nil {
+			return false, s.wrap("maintain: check "+p.Name, err)
+		}
+		if alive {
+			return false, nil
+		}
 	}
-	dropped := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
-			return err
-		}
-		// The parent first, as every write locks it before its partitions
-		// (locking the partition first could deadlock with a write taking
-		// over one of its records). From here no record of p can change
-		// (an Extend of a lease that expired but was not taken over yet
-		// waits), so the second look is final. The writes wait for the
-		// rest of this transaction: a look at an index and two catalog
-		// changes.
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+s.table("idem_records")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, live).Scan(&alive); err != nil || alive {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `ALTER TABLE `+s.table("idem_records")+` DETACH PARTITION `+s.table(p.Name)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DROP TABLE `+s.table(p.Name)); err != nil {
-			return err
-		}
-		dropped = true
-		return nil
-	})
-	if isLockTimeout(err) {
-		return false, nil
-	}
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, s.wrap("maintain: drop "+p.Name, err)
 	}
-	return dropped, nil
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
+		return false, s.wrap("maintain: drop "+p.Name, err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "RESET lock_timeout")
+	}()
+	// CONCURRENTLY: the parent stays open to the writes; FINALIZE ends a
+	// detach that an earlier call began and did not finish.
+	detach := `ALTER TABLE ` + s.table("idem_records") + ` DETACH PARTITION ` + pt + ` CONCURRENTLY`
+	if pending {
+		detach = `ALTER TABLE ` + s.table("idem_records") + ` DETACH PARTITION ` + pt + ` FINALIZE`
+	}
+	if _, err := conn.Exec(ctx, detach); err != nil {
+		if isLockTimeout(err) {
+			return false, nil
+		}
+		return false, s.wrap("maintain: detach "+p.Name, err)
+	}
+	if _, err := conn.Exec(ctx, `DROP TABLE `+pt); err != nil {
+		return false, s.wrap("maintain: drop "+p.Name, err)
+	}
+	return true, nil
 }
 
 // isLockTimeout reports PostgreSQL's lock_not_available (lock_timeout).

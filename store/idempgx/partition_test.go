@@ -388,3 +388,50 @@ func TestPartitionedDropDuringTakeovers(t *testing.T) {
 	}
 	t.Logf("partitions dropped during the takeovers: %d", dropped.Load())
 }
+
+// TestPartitionedDropAbandonedLease: an expired lease nobody took over
+// does not pin its partition: Maintain deletes it, as Purge would, and
+// drops the partition; its holder is then fenced off. A live lease keeps
+// its partition.
+func TestPartitionedDropAbandonedLease(t *testing.T) {
+	t.Parallel()
+	s := newPartitionedStore(t, nil)
+	ctx := ctxT(t)
+	short, err := s.Claim(ctx, idem.ClaimRequest{Scope: "lease", Key: "abandoned", Fingerprint: idem.Fingerprint{1}, Lease: time.Second})
+	if err != nil || short.Outcome != idem.Acquired {
+		t.Fatalf("claim: %+v %v", short, err)
+	}
+	zero, err := s.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := s.Claim(ctx, idem.ClaimRequest{Scope: "lease", Key: "live", Fingerprint: idem.Fingerprint{2}, Lease: time.Hour})
+	if err != nil || live.Outcome != idem.Acquired {
+		t.Fatalf("claim: %+v %v", live, err)
+	}
+	// On a slow machine the short lease may already have expired here.
+	first, err := s.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	rep, err := s.Maintain(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped []string
+	for _, d := range append(append(zero.Dropped, first.Dropped...), rep.Dropped...) {
+		if d != "idem_records_p0" { // the empty plain table
+			dropped = append(dropped, d)
+		}
+	}
+	if len(dropped) != 1 || dropped[0] != "idem_records_p1" || len(rep.Kept) != 1 || rep.Kept[0] != "idem_records_p2" {
+		t.Fatalf("maintain: %+v then %+v, want p1 (the abandoned lease) dropped and p2 (the live one) kept", first, rep)
+	}
+	if err := s.Complete(ctx, idem.CompleteRequest{Scope: "lease", Key: "abandoned", Token: short.Token, Retention: time.Minute}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("complete of the dropped lease: %v", err)
+	}
+	if err := s.Complete(ctx, idem.CompleteRequest{Scope: "lease", Key: "live", Token: live.Token, Retention: time.Minute}); err != nil {
+		t.Fatalf("complete of the live lease in an old partition: %v", err)
+	}
+}
