@@ -23,8 +23,8 @@ import (
 // Environment knobs of the acceptance test, so CI stays fast and a manual
 // run can go large (IDEM_OUTBOX_EVENTS=50000).
 const (
-	EnvEvents  = "IDEM_OUTBOX_EVENTS"  // events written; default 3000 (1000 under -race)
-	EnvProcs   = "IDEM_OUTBOX_PROCS"   // relay processes; default 3
+	EnvEvents  = "IDEM_OUTBOX_EVENTS"  // events written; default 3000 (under -race 1000, 300 for a SingleWriter)
+	EnvProcs   = "IDEM_OUTBOX_PROCS"   // relay processes; default 3 (2 for a SingleWriter under -race)
 	EnvWorkers = "IDEM_OUTBOX_WORKERS" // relay loops per process; default 4
 	EnvKills   = "IDEM_OUTBOX_KILLS"   // SIGKILL + restart rounds; default 4
 )
@@ -68,12 +68,15 @@ func (w *lockedBuffer) String() string {
 // every committed event at least once and marked sent, no event of a
 // rolled-back transaction ever, and duplicates only of committed ids.
 func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) {
-	defaultN := 3000
-	if raceEnabled {
+	defaultN, defaultProcs := 3000, 3
+	switch {
+	case raceEnabled && env.SingleWriter:
+		defaultN, defaultProcs = 300, 2
+	case raceEnabled:
 		defaultN = 1000
 	}
 	n := envInt(EnvEvents, defaultN)
-	procs := envInt(EnvProcs, 3)
+	procs := envInt(EnvProcs, defaultProcs)
 	kills := envInt(EnvKills, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

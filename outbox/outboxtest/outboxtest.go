@@ -36,6 +36,10 @@ type Env[Tx any] struct {
 	// and [ServeRelay] use them.
 	Record   func(ctx context.Context, ids []string) error
 	Recorded func(ctx context.Context) (map[string]int, error)
+	// SingleWriter says the database serialises writers across processes
+	// (SQLite): under -race, where its transpiled C runs several times
+	// slower, the acceptance test runs a smaller default load.
+	SingleWriter bool
 }
 
 // Run runs the suite as parallel subtests; newEnv is called once per

@@ -18,10 +18,26 @@ func outboxEnv(tb testing.TB, s *Store) outboxtest.Env[*sql.Tx] {
 		tb.Fatal(err)
 	}
 	return outboxtest.Env[*sql.Tx]{
-		Backend:  s.Outbox(),
-		InTx:     outboxtest.SQLInTx(s.DB()),
-		Record:   outboxtest.SQLRecord(s.DB(), "outbox_published"),
-		Recorded: outboxtest.SQLRecorded(s.DB(), "outbox_published"),
+		Backend:      s.Outbox(),
+		InTx:         retryBusy(outboxtest.SQLInTx(s.DB())),
+		Record:       outboxtest.SQLRecord(s.DB(), "outbox_published"),
+		Recorded:     outboxtest.SQLRecorded(s.DB(), "outbox_published"),
+		SingleWriter: true,
+	}
+}
+
+// retryBusy retries a producer's transaction that SQLite refused with
+// SQLITE_BUSY (busy_timeout ran out: the suite runs dozens of relay loops
+// and producers on one file, on a loaded host), as an application retries
+// a retryable error; a busy transaction committed nothing.
+func retryBusy(inTx func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error) func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return func(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+		for {
+			err := inTx(ctx, fn)
+			if err == nil || !isBusy(err) || ctx.Err() != nil {
+				return err
+			}
+		}
 	}
 }
 
