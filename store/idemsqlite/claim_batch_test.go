@@ -2,6 +2,7 @@ package idemsqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -140,5 +141,44 @@ func TestQueuedClaimCancelled(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, "group", "gone"); err == nil {
 		t.Fatal("the cancelled claim left a record")
+	}
+}
+
+// The claim and complete paths prepare their statements once, from dozens
+// of goroutines at a time, and Close closes them.
+func TestHotStatementsPreparedOnce(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, nil)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			c, err := s.Claim(ctx, idem.ClaimRequest{Scope: "hot", Key: fmt.Sprint(i), Lease: time.Minute})
+			if err == nil {
+				err = s.Complete(ctx, idem.CompleteRequest{Scope: "hot", Key: fmt.Sprint(i), Token: c.Token, Result: []byte("r"), Retention: time.Hour})
+			}
+			if err != nil {
+				t.Error(err)
+			}
+			if c, err := s.Claim(ctx, idem.ClaimRequest{Scope: "hot", Key: fmt.Sprint(i), Lease: time.Minute}); err != nil || c.Outcome != idem.Completed {
+				t.Errorf("replay claim: %+v %v", c, err)
+			}
+		})
+	}
+	wg.Wait()
+	s.stmts.mu.Lock()
+	n := len(s.stmts.m)
+	s.stmts.mu.Unlock()
+	if n != 4 { // read, token, insert, complete
+		t.Errorf("%d prepared statements, want 4", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.stmts.m) != 0 {
+		t.Errorf("%d statements left open after Close", len(s.stmts.m))
+	}
+	if _, err := s.Claim(ctx, idem.ClaimRequest{Scope: "hot", Key: "after", Lease: time.Minute}); !errors.Is(err, idem.ErrClosed) {
+		t.Errorf("claim after Close: %v", err)
 	}
 }

@@ -59,6 +59,8 @@ type Store struct {
 	// holders are the lease-holder writes waiting to share the next
 	// holder transaction (see inHolderTx).
 	holders holderQueue
+	// stmts are the claim and complete paths' prepared statements.
+	stmts hotStmts
 	// batches counts the holder transactions run, for tests.
 	batches atomic.Int64
 	// writer is the connection the queued write transactions run on, held
@@ -205,6 +207,7 @@ func (s *Store) Close() error {
 		s.writer = nil
 	}
 	s.writes.unlock()
+	err = errors.Join(err, s.stmts.close())
 	if !s.ownDB {
 		return err
 	}
@@ -521,7 +524,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	case <-ctx.Done():
 		return idem.Claim{}, fmt.Errorf("idemsqlite: claim: %w", context.Cause(ctx))
 	}
-	rec, found, err := getRecord(ctx, s.db, req.Scope, req.Key)
+	rec, found, err := getRecord(ctx, s.hot(nil), req.Scope, req.Key)
 	<-s.claimReads
 	if err != nil {
 		return idem.Claim{}, err
@@ -543,10 +546,10 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		// committed with the writes it shares the transaction with (a gap
 		// in the tokens, which only have to increase).
 		var token int64
-		if err := tx.QueryRowContext(ctx, "UPDATE idem_token_counter SET value = value + 1 WHERE id = 1 RETURNING value").Scan(&token); err != nil {
+		if err := s.hot(tx).QueryRowContext(ctx, "UPDATE idem_token_counter SET value = value + 1 WHERE id = 1 RETURNING value").Scan(&token); err != nil {
 			return fmt.Errorf("idemsqlite: claim: next token: %w", classify(err))
 		}
-		rec, found, err := getRecord(ctx, tx, req.Scope, req.Key)
+		rec, found, err := getRecord(ctx, s.hot(tx), req.Scope, req.Key)
 		if err != nil {
 			return err
 		}
@@ -560,7 +563,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			createdAt = micros(rec.CreatedAt)
 		}
 		leaseEnd := now + req.Lease.Microseconds()
-		_, err = tx.ExecContext(ctx, `INSERT INTO idem_records (`+recordColumns+`)
+		_, err = s.hot(tx).ExecContext(ctx, `INSERT INTO idem_records (`+recordColumns+`)
 	VALUES (?, ?, 'in_progress', ?, ?, NULL, 0, 0, ?, ?, NULL, ?)
 	ON CONFLICT (scope, key) DO UPDATE SET
 		state = 'in_progress', fingerprint = excluded.fingerprint, token = excluded.token,
@@ -622,7 +625,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 		result = []byte{}
 	}
 	return s.inHolderTx(ctx, "complete", func(ctx context.Context, tx *sql.Tx, now int64) error {
-		res, err := tx.ExecContext(ctx, `UPDATE idem_records SET state = 'completed', result = ?, failed = ?, tombstone = ?,
+		res, err := s.hot(tx).ExecContext(ctx, `UPDATE idem_records SET state = 'completed', result = ?, failed = ?, tombstone = ?,
 	lease_expires_at = NULL, completed_at = ?, expires_at = ?
 	WHERE scope = ? AND key = ? AND token = ? AND state = 'in_progress'`,
 			result, req.Failed, tombstone, now, now+req.Retention.Microseconds(), req.Scope, req.Key, req.Token)
