@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/store/idemmysql"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/idem-go/idem/store/idemsqlite"
 	"github.com/jackc/pgx/v5"
@@ -28,18 +30,7 @@ func TestOutboxCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	write := func(evs ...outbox.Event) {
-		tx, err := s.DB().BeginTx(t.Context(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Outbox().Write(t.Context(), tx, evs...); err != nil {
-			t.Fatal(errors.Join(err, tx.Rollback()))
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := sqlWriter(t, s.DB(), s.Outbox())
 	seedOutbox(t, s.Outbox(), write)
 	checkOutboxCommands(t, map[string]string{"IDEM_STORE": dsn}, s.Outbox())
 }
@@ -88,7 +79,7 @@ func seedOutbox(t *testing.T, d outbox.Driver, write func(evs ...outbox.Event)) 
 		}
 		return errs
 	})
-	r, err := outbox.NewRelay(d, pub, &outbox.Config{Workers: 1, PurgeInterval: -1})
+	r, err := outbox.NewRelay(d, pub, &outbox.Config{Workers: 1, PurgeInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,4 +225,37 @@ func TestOutboxCommandsNotMigrated(t *testing.T) {
 	}
 	db.Close()
 	wantExit(t, runCLI(t, map[string]string{"IDEM_STORE": "sqlite://" + path}, "outbox", "stats"), exitFailure, "migrate up")
+}
+
+// TestOutboxCommandsMySQL is TestOutboxCommands over MySQL, in its own
+// database.
+func TestOutboxCommandsMySQL(t *testing.T) {
+	t.Parallel()
+	dsn := mysqlDatabase(t)
+	env := map[string]string{"IDEM_STORE": dsn}
+	wantExit(t, runCLI(t, env, "migrate", "up"), exitOK)
+	s, ok := openTestStore(t, storeConfig{DSN: dsn}).(*idemmysql.Store)
+	if !ok {
+		t.Fatal("mysql:// did not open an idemmysql store")
+	}
+	write := sqlWriter(t, s.DB(), s.Outbox())
+	seedOutbox(t, s.Outbox(), write)
+	checkOutboxCommands(t, env, s.Outbox())
+}
+
+// sqlWriter writes events with w in a committed transaction of db.
+func sqlWriter(t *testing.T, db *sql.DB, w outbox.Writer[*sql.Tx]) func(evs ...outbox.Event) {
+	return func(evs ...outbox.Event) {
+		t.Helper()
+		tx, err := db.BeginTx(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(t.Context(), tx, evs...); err != nil {
+			t.Fatal(errors.Join(err, tx.Rollback()))
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
