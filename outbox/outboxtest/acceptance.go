@@ -3,7 +3,6 @@ package outboxtest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -85,11 +84,10 @@ func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) 
 	// the relays start on a backlog and every kill lands mid-work.
 	const producers, perTx = 4, 10
 	var (
-		wg                  sync.WaitGroup
-		mu                  sync.Mutex
-		committed, rolledBk = map[string]bool{}, map[string]bool{}
-		errAbort            = errors.New("abort")
-		writeErr            error
+		wg       sync.WaitGroup
+		l        = newLedger()
+		errOnce  sync.Once
+		writeErr error
 	)
 	start := time.Now()
 	for p := range producers {
@@ -99,31 +97,10 @@ func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) 
 				for i := tx * perTx; i < min(n, (tx+1)*perTx); i++ {
 					evs = append(evs, outbox.Event{Topic: "acceptance", Key: fmt.Sprint("k", i%17), ID: fmt.Sprintf("e-%07d", i), Payload: []byte(strconv.Itoa(i))})
 				}
-				abort := tx%4 == 3
-				err := env.InTx(ctx, func(ctx context.Context, t Tx) error {
-					if err := env.Backend.Write(ctx, t, evs...); err != nil {
-						return err
-					}
-					if abort {
-						return errAbort
-					}
-					return nil
-				})
-				if err != nil && !(abort && errors.Is(err, errAbort)) {
-					mu.Lock()
-					writeErr = err
-					mu.Unlock()
+				if err := produce(ctx, env, l, evs, tx%4 == 3); err != nil {
+					errOnce.Do(func() { writeErr = err })
 					return
 				}
-				mu.Lock()
-				for _, e := range evs {
-					if abort {
-						rolledBk[e.ID] = true
-					} else {
-						committed[e.ID] = true
-					}
-				}
-				mu.Unlock()
 			}
 		})
 	}
@@ -132,6 +109,7 @@ func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) 
 	if writeErr != nil {
 		t.Fatalf("producer: %v", writeErr)
 	}
+	committed, rolledBk := l.committed, l.rolledBack
 	t.Logf("wrote %d events (%d committed) in %v", n, len(committed), time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	children := make([]child, procs)

@@ -410,40 +410,17 @@ func testConcurrent[Tx any](t *testing.T, env Env[Tx]) {
 	}
 	// Producers commit while the relays run; every third transaction rolls
 	// back after writing.
-	var (
-		wg                  sync.WaitGroup
-		mu                  sync.Mutex
-		committed, rolledBk = map[string]bool{}, map[string]bool{}
-		errAbort            = errors.New("abort")
-	)
+	var wg sync.WaitGroup
+	l := newLedger()
 	for p := range producers {
 		wg.Go(func() {
 			for i := range perProd {
 				n := p*perProd + i
 				evs := []outbox.Event{event(2*n, fmt.Sprint("k", n%5)), event(2*n+1, "")}
-				abort := n%3 == 0
-				err := env.InTx(ctx, func(ctx context.Context, tx Tx) error {
-					if err := env.Backend.Write(ctx, tx, evs...); err != nil {
-						return err
-					}
-					if abort {
-						return errAbort
-					}
-					return nil
-				})
-				if err != nil && !(abort && errors.Is(err, errAbort)) {
+				if err := produce(ctx, env, l, evs, n%3 == 0); err != nil {
 					t.Error(err)
 					return
 				}
-				mu.Lock()
-				for _, e := range evs {
-					if abort {
-						rolledBk[e.ID] = true
-					} else {
-						committed[e.ID] = true
-					}
-				}
-				mu.Unlock()
 				rs[n%relays].Notify()
 			}
 		})
@@ -456,6 +433,7 @@ func testConcurrent[Tx any](t *testing.T, env Env[Tx]) {
 		}
 	}
 	seen, marked := pub.counts(), hooks.get(idem.Processed)
+	committed, rolledBk := l.committed, l.rolledBack
 	for id := range committed {
 		if seen[id] < 1 {
 			t.Errorf("committed event %s never published", id)
@@ -481,6 +459,44 @@ func testConcurrent[Tx any](t *testing.T, env Env[Tx]) {
 		dups += n - 1
 	}
 	t.Logf("%d committed events, %d rolled back, %d relays x %d workers: %d duplicate publishes", len(committed), len(rolledBk), relays, workers, dups)
+}
+
+// ledger records which events the producers committed and which they
+// rolled back.
+type ledger struct {
+	mu                    sync.Mutex
+	committed, rolledBack map[string]bool
+}
+
+func newLedger() *ledger { return &ledger{committed: map[string]bool{}, rolledBack: map[string]bool{}} }
+
+var errAbort = errors.New("outboxtest: abort")
+
+// produce writes evs in one transaction of env, rolls it back after the
+// write when abort, and records the outcome in l.
+func produce[Tx any](ctx context.Context, env Env[Tx], l *ledger, evs []outbox.Event, abort bool) error {
+	err := env.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		if err := env.Backend.Write(ctx, tx, evs...); err != nil {
+			return err
+		}
+		if abort {
+			return errAbort
+		}
+		return nil
+	})
+	if err != nil && !(abort && errors.Is(err, errAbort)) {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range evs {
+		if abort {
+			l.rolledBack[e.ID] = true
+		} else {
+			l.committed[e.ID] = true
+		}
+	}
+	return nil
 }
 
 func testRetry[Tx any](t *testing.T, env Env[Tx]) {
