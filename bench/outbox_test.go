@@ -7,11 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/broker/idemamqp"
 	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/outbox"
@@ -242,53 +240,12 @@ func BenchmarkOutboxAMQP(b *testing.B) {
 
 	b.Run("relay", func(b *testing.B) {
 		defer purge()
-		ob, pool := obSchema(b, pgURL)
-		run := obSuffix()
-		for from := 0; from < b.N; from += outbox.MaxBatch {
-			evs := make([]outbox.Event, 0, outbox.MaxBatch)
-			for i := from; i < min(from+outbox.MaxBatch, b.N); i++ {
-				evs = append(evs, outbox.Event{ID: fmt.Sprintf("relay-%s-%d", run, i), Topic: queue, Payload: payload})
-			}
-			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return ob.Write(ctx, tx, evs...) }); err != nil {
-				b.Fatal(err)
-			}
-		}
 		pub, err := idemamqp.NewOutboxPublisher(idemamqp.DialURL(amqpURL), nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer pub.Close()
-		events := obRelayEventsPerSecond(b, ob, pub)
+		events := obRelay(b, pgURL, queue, payload, pub)
 		b.ReportMetric(events, "events/s")
 	})
-}
-
-// obRelayEventsPerSecond runs an outbox.Relay (outboxBenchWorkers workers,
-// batches of outboxBenchBatch) over d until b.N events are sent, and
-// returns the events sent per second.
-func obRelayEventsPerSecond(b *testing.B, d outbox.Driver, pub outbox.Publisher) float64 {
-	sent := &obSentCounter{want: int64(b.N), done: make(chan struct{})}
-	r, err := outbox.NewRelay(d, pub, &outbox.Config{Workers: outboxBenchWorkers, BatchSize: outboxBenchBatch,
-		PollInterval: 10 * time.Millisecond, PurgeInterval: -1, Hooks: []idem.Hook{sent},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	events := obEventsPerSecond(b, func() {
-		wg.Go(func() {
-			if err := r.Run(ctx); err != nil {
-				b.Error(err)
-			}
-		})
-		select {
-		case <-sent.done:
-		case <-time.After(10 * time.Minute):
-			b.Errorf("relay: %d of %d events sent after 10 minutes", sent.n.Load(), b.N)
-		}
-	})
-	cancel()
-	wg.Wait()
-	return events
 }
