@@ -415,10 +415,20 @@ func (s *Store) runTx(ctx context.Context, what string, holder bool, fn func(tx 
 	if err != nil {
 		return fmt.Errorf("idemsqlite: %s: begin: %w", what, classify(err))
 	}
+	// Rolled back in a defer, so that a panic in fn (a user's handler in
+	// Process) does not leave the transaction, and SQLite's write lock,
+	// open on the writer connection: it is not bound to ctx, so nothing
+	// else would end it.
+	done := false
+	defer func() {
+		if !done {
+			_ = tx.Rollback()
+		}
+	}()
 	if err := fn(tx, micros(s.now())); err != nil {
-		_ = tx.Rollback()
 		return err
 	}
+	done = true
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("idemsqlite: %s: commit: %w", what, classify(err))
 	}
