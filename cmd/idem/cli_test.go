@@ -74,7 +74,7 @@ func TestUsageErrors(t *testing.T) {
 		wants []string
 	}{
 		{"unknown command", []string{"bogus"}, []string{`unknown command "bogus"`}},
-		{"group without subcommand", []string{"keys"}, []string{"missing subcommand", "delete, find, get, list, purge"}},
+		{"group without subcommand", []string{"keys"}, []string{"missing subcommand", "delete, find, get, list, maintain, purge"}},
 		{"unknown subcommand", []string{"migrate", "sideways"}, []string{`unknown command "sideways"`, "down, sql, status, up"}},
 		{"missing key", []string{"keys", "get"}, []string{"accepts 1 arg"}},
 		{"unknown flag", []string{"keys", "get", "--nope", "k"}, []string{"unknown flag: --nope"}},
