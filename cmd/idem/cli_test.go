@@ -369,7 +369,7 @@ func testKeysLifecycle(t *testing.T, storeArgs []string, open func(t *testing.T)
 	// migrate down drops data: without --yes it names what it would revert
 	// and where, and reverts nothing.
 	r = cli("migrate", "down")
-	wantExit(t, r, exitUsage, "would revert", "(create_", "add --yes") // the latest migration
+	wantExit(t, r, exitUsage, "would revert", "(create_", "add --yes")                        // the latest migration
 	wantExit(t, cli("keys", "get", "--scope", "payments", key+"x"), exitFailure, "not found") // still migrated
 	r = cli("migrate", "status", "--json")
 	wantExit(t, r, exitOK)
