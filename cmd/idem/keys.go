@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -70,7 +71,14 @@ handler's result, as text when it is UTF-8, else as a hex dump. At most
 "lease_expires_at", "completed_at", "expires_at", "result_size", "result"
 (base64), "result_text" (when UTF-8), "failed", "tombstone", "http_scope":
 {"principal", "method", "route", "hash"}, "http_response": {"status",
-"headers", "body" (text) or "body_base64", "discarded"}}.`,
+"headers", "body" (text) or "body_base64", "discarded"}, "steps": [{"seq",
+"name", "token", "created_at", "expires_at", "result" (base64), "result_text",
+"tombstone"}]}.
+
+An operation run with recovery points (idem.StepsOf, idem.DoTx) shows its
+recorded steps after the record: a retry resumes after the last of them. A
+released operation (no record) whose steps are kept shows state "released"
+and its steps.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := keyArg(scope, args)
@@ -79,16 +87,28 @@ handler's result, as text when it is UTF-8, else as a hex dump. At most
 			}
 			return withStore(cmd, cfg, func(s idem.Store) error {
 				rec, err := s.Get(cmd.Context(), scope, key)
-				if errors.Is(err, idem.ErrNotFound) {
-					return notFound(cfg, scope, key)
-				}
-				if err != nil {
+				if err != nil && !errors.Is(err, idem.ErrNotFound) {
 					return fmt.Errorf("keys get: %w", err)
 				}
-				if asJSON {
-					return writeRecordJSON(cmd.OutOrStdout(), rec)
+				steps, serr := recordedSteps(cmd.Context(), s, scope, key)
+				if serr != nil {
+					return fmt.Errorf("keys get: steps: %w", serr)
 				}
-				return writeRecord(cmd.OutOrStdout(), rec, resultBytes)
+				if err != nil {
+					// A released operation keeps its recorded steps (a
+					// retry resumes after them): show those.
+					if len(steps) == 0 {
+						return notFound(cfg, scope, key)
+					}
+					rec = idem.Record{Scope: scope, Key: key, State: "released"}
+				}
+				if asJSON {
+					return writeRecordJSON(cmd.OutOrStdout(), rec, steps)
+				}
+				if err := writeRecord(cmd.OutOrStdout(), rec, resultBytes); err != nil {
+					return err
+				}
+				return writeSteps(cmd.OutOrStdout(), steps, resultBytes)
 			})
 		},
 	}
@@ -203,6 +223,7 @@ type recordJSON struct {
 	Tombstone      bool              `json:"tombstone"`
 	HTTPScope      *httpScopeJSON    `json:"http_scope,omitempty"`
 	HTTPResponse   *httpResponseJSON `json:"http_response,omitempty"`
+	Steps          []stepJSON        `json:"steps,omitempty"`
 }
 
 // httpScopeJSON is the parts of an HTTP middleware's scope in "keys get
@@ -240,7 +261,58 @@ func jsonTime(t time.Time) *time.Time {
 	return &u
 }
 
-func writeRecordJSON(w io.Writer, rec idem.Record) error {
+// recordedSteps returns the live recovery points of (scope, key) when the
+// store keeps them (idem.StepStore), else none.
+func recordedSteps(ctx context.Context, s idem.Store, scope, key string) ([]idem.StepRecord, error) {
+	ss, ok := s.(idem.StepStore)
+	if !ok {
+		return nil, nil
+	}
+	return ss.Steps(ctx, scope, key)
+}
+
+// writeSteps prints an operation's recorded steps, each result as text
+// when it is printable UTF-8 (at most max bytes, 0: all), else its size.
+func writeSteps(w io.Writer, steps []idem.StepRecord, max int) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nsteps (recovery points; a retry resumes after the last):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  seq\tname\ttoken\trecorded\tresult")
+	for _, st := range steps {
+		result := fmt.Sprintf("%d bytes", len(st.Result))
+		if st.Tombstone {
+			result = "discarded (larger than the step limit)"
+		} else if t := textOrNil(st.Result); t != nil {
+			text := *t
+			if max > 0 && len(text) > max {
+				text = strings.ToValidUTF8(text[:max], "") + "…"
+			}
+			result += fmt.Sprintf("  %q", text)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%s\n", st.Seq, st.Name, st.Token, fmtTime(st.CreatedAt), result)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "steps expire %s\n", fmtTime(steps[len(steps)-1].ExpiresAt))
+	return err
+}
+
+// stepJSON is one recorded step in "keys get --json".
+type stepJSON struct {
+	Seq        int        `json:"seq"`
+	Name       string     `json:"name"`
+	Token      int64      `json:"token"`
+	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	Result     []byte     `json:"result"`
+	ResultText *string    `json:"result_text,omitempty"`
+	Tombstone  bool       `json:"tombstone"`
+}
+
+func writeRecordJSON(w io.Writer, rec idem.Record, steps []idem.StepRecord) error {
 	j := recordJSON{
 		Scope:          rec.Scope,
 		Key:            rec.Key,
@@ -270,6 +342,10 @@ func writeRecordJSON(w io.Writer, rec idem.Record) error {
 		}
 	} else {
 		j.ResultText = textOrNil(rec.Result)
+	}
+	for _, st := range steps {
+		j.Steps = append(j.Steps, stepJSON{Seq: st.Seq, Name: st.Name, Token: st.Token, CreatedAt: jsonTime(st.CreatedAt),
+			ExpiresAt: jsonTime(st.ExpiresAt), Result: st.Result, ResultText: textOrNil(st.Result), Tombstone: st.Tombstone})
 	}
 	return writeJSON(w, j)
 }
