@@ -24,7 +24,7 @@ func init() { commands = append(commands, newInboxCmd) }
 
 func newInboxCmd(a *app) *cobra.Command {
 	return groupCmd("inbox", "Inspect the inbox: stats, dead letters, redrive and discard",
-		newInboxStatsCmd(), newInboxDeadCmd(), newInboxShowCmd(), newInboxRedriveCmd(), newInboxDiscardCmd())
+		newInboxStatsCmd(), newInboxDeadCmd(), newInboxShowCmd(), inboxDead.redriveCmd(), inboxDead.discardCmd())
 }
 
 // withInbox opens the store cfg names and runs fn with its inbox.
@@ -334,90 +334,10 @@ func printBytes(w io.Writer, title, flag string, b []byte, max int) {
 	}
 }
 
-// unmatched is the failure of a redrive or discard of ids of which only n
-// were dead messages (a row that is pending, running or processed, or gone,
-// is left alone): the operator asked for something that did not happen.
-// --all matching nothing is no failure: no dead messages is the normal state.
-func unmatched(op string, sel inbox.Select, n int64) error {
-	if sel.All || n >= int64(len(sel.IDs)) {
-		return nil
-	}
-	return fmt.Errorf("inbox %s: %d of the %d ids given are not dead messages (see inbox show ID); nothing was done to them",
-		op, int64(len(sel.IDs))-n, len(sel.IDs))
-}
-
-// selection turns ID arguments and --all into an inbox.Select.
-func selection(args []string, all bool) (inbox.Select, error) {
-	if all == (len(args) > 0) {
-		return inbox.Select{}, usageErrorf("give inbox row ids or --all (not both)")
-	}
-	if len(args) > inbox.MaxBatch {
-		return inbox.Select{}, usageErrorf("at most %d ids at once; use --all", inbox.MaxBatch)
-	}
-	ids, err := parseIDs(args)
-	return inbox.Select{IDs: ids, All: all}, err
-}
-
-func newInboxRedriveCmd() *cobra.Command {
-	var (
-		cfg *storeConfig
-		all bool
-	)
-	cmd := &cobra.Command{
-		Use:   "redrive [ID...]",
-		Short: "Move dead messages back to pending with attempts reset, due now",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := selection(args, all)
-			if err != nil {
-				return err
-			}
-			return withInbox(cmd, cfg, func(ib inbox.Admin) error {
-				n, err := ib.Redrive(cmd.Context(), sel)
-				if err != nil {
-					return fmt.Errorf("inbox redrive: %w", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "redrove %d dead message(s)\n", n)
-				return unmatched("redrive", sel, n)
-			})
-		},
-	}
-	cfg = addStoreFlags(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "redrive every dead message")
-	return cmd
-}
-
-func newInboxDiscardCmd() *cobra.Command {
-	var (
-		cfg      *storeConfig
-		all, yes bool
-	)
-	cmd := &cobra.Command{
-		Use:   "discard [ID...] --yes",
-		Short: "Delete dead messages for good (needs --yes)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := selection(args, all)
-			if err != nil {
-				return err
-			}
-			if !yes {
-				what := "the dead messages with the ids given"
-				if all {
-					what = "every dead message"
-				}
-				return usageErrorf("discard would delete %s in %s for good; add --yes to confirm", what, redactDSN(cfg.DSN))
-			}
-			return withInbox(cmd, cfg, func(ib inbox.Admin) error {
-				n, err := ib.Discard(cmd.Context(), sel)
-				if err != nil {
-					return fmt.Errorf("inbox discard: %w", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "discarded %d dead message(s)\n", n)
-				return unmatched("discard", sel, n)
-			})
-		},
-	}
-	cfg = addStoreFlags(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "discard every dead message")
-	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
-	return cmd
+// inboxDead holds the inbox's redrive and discard commands.
+var inboxDead = deadRows[inbox.Select, inbox.Admin]{
+	table: "inbox", noun: "message", maxBatch: inbox.MaxBatch, with: withInbox,
+	sel:          func(ids []int64, all bool) inbox.Select { return inbox.Select{IDs: ids, All: all} },
+	redriveShort: "Move dead messages back to pending with attempts reset, due now",
+	discardShort: "Delete dead messages for good (needs --yes)",
 }

@@ -24,7 +24,7 @@ func init() { commands = append(commands, newOutboxCmd) }
 func newOutboxCmd(a *app) *cobra.Command {
 	return groupCmd("outbox", "Inspect the outbox: stats, pending and dead events, redrive, discard and purge",
 		newOutboxStatsCmd(), newOutboxListCmd(outbox.StatePending), newOutboxListCmd(outbox.StateDead), newOutboxShowCmd(),
-		newOutboxRedriveCmd(), newOutboxDiscardCmd(), newOutboxPurgeCmd())
+		outboxDead.redriveCmd(), outboxDead.discardCmd(), newOutboxPurgeCmd())
 }
 
 // withOutbox opens the store cfg names and runs fn with its outbox.
@@ -287,99 +287,6 @@ when it is valid UTF-8, else as a hex dump, up to --payload-bytes (0: all).
 	return cmd
 }
 
-// outboxSelection turns row id arguments and --all into an outbox.Select.
-func outboxSelection(args []string, all bool) (outbox.Select, error) {
-	if all == (len(args) > 0) {
-		return outbox.Select{}, usageErrorf("give outbox row ids or --all (not both)")
-	}
-	if len(args) > outbox.MaxBatch {
-		return outbox.Select{}, usageErrorf("at most %d ids at once; use --all", outbox.MaxBatch)
-	}
-	ids := make([]int64, 0, len(args))
-	for _, a := range args {
-		id, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || id <= 0 {
-			return outbox.Select{}, usageErrorf("invalid outbox row id %q: want a positive integer (see outbox dead)", a)
-		}
-		ids = append(ids, id)
-	}
-	return outbox.Select{IDs: ids, All: all}, nil
-}
-
-// outboxUnmatched fails a redrive or discard of ids of which only n were
-// dead events; --all matching nothing is no failure.
-func outboxUnmatched(op string, sel outbox.Select, n int64) error {
-	if sel.All || n >= int64(len(sel.IDs)) {
-		return nil
-	}
-	return fmt.Errorf("outbox %s: %d of the %d ids given are not dead events (see outbox show ID); nothing was done to them",
-		op, int64(len(sel.IDs))-n, len(sel.IDs))
-}
-
-func newOutboxRedriveCmd() *cobra.Command {
-	var (
-		cfg *storeConfig
-		all bool
-	)
-	cmd := &cobra.Command{
-		Use:   "redrive [ID...]",
-		Short: "Move dead events back to pending with attempts reset, due now (the relay publishes them again)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := outboxSelection(args, all)
-			if err != nil {
-				return err
-			}
-			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
-				n, err := ob.Redrive(cmd.Context(), sel)
-				if err != nil {
-					return fmt.Errorf("outbox redrive: %w", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "redrove %d dead event(s)\n", n)
-				return outboxUnmatched("redrive", sel, n)
-			})
-		},
-	}
-	cfg = addStoreFlags(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "redrive every dead event")
-	return cmd
-}
-
-func newOutboxDiscardCmd() *cobra.Command {
-	var (
-		cfg      *storeConfig
-		all, yes bool
-	)
-	cmd := &cobra.Command{
-		Use:   "discard [ID...] --yes",
-		Short: "Delete dead events for good, never publishing them (needs --yes)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := outboxSelection(args, all)
-			if err != nil {
-				return err
-			}
-			if !yes {
-				what := "the dead events with the ids given"
-				if all {
-					what = "every dead event"
-				}
-				return usageErrorf("discard would delete %s in %s for good (they are never published); add --yes to confirm", what, redactDSN(cfg.DSN))
-			}
-			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
-				n, err := ob.Discard(cmd.Context(), sel)
-				if err != nil {
-					return fmt.Errorf("outbox discard: %w", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "discarded %d dead event(s)\n", n)
-				return outboxUnmatched("discard", sel, n)
-			})
-		},
-	}
-	cfg = addStoreFlags(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "discard every dead event")
-	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
-	return cmd
-}
-
 func newOutboxPurgeCmd() *cobra.Command {
 	var (
 		cfg       *storeConfig
@@ -420,4 +327,13 @@ PurgeInterval with its Retention.`,
 	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultPurgeBatch, "rows deleted per transaction")
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
 	return cmd
+}
+
+// outboxDead holds the outbox's redrive and discard commands.
+var outboxDead = deadRows[outbox.Select, outbox.Admin]{
+	table: "outbox", noun: "event", maxBatch: outbox.MaxBatch, with: withOutbox,
+	sel:          func(ids []int64, all bool) outbox.Select { return outbox.Select{IDs: ids, All: all} },
+	redriveShort: "Move dead events back to pending with attempts reset, due now (the relay publishes them again)",
+	discardShort: "Delete dead events for good, never publishing them (needs --yes)",
+	discardFate:  " (they are never published)",
 }
