@@ -69,11 +69,22 @@ func checkBound(t *testing.T, took time.Duration) {
 func TestShutdownBoundedWhenGroupHangs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
-	var hang atomic.Bool
+	var hang, committed atomic.Bool
+	// The first record's offset commit must pass before the coordinator
+	// hangs: a commit caught by the hang would hold the consumer before it
+	// fetches the second record, which the test then waits for in vain.
+	e.cluster.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if !hang.Load() {
+			committed.Store(true)
+		}
+		return nil, nil, false
+	})
 	hangable(t, e, &hang, nil, kmsg.OffsetCommit, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.LeaveGroup, kmsg.ConsumerGroupHeartbeat)
 	e.produce(t, e.client(t), idemkafka.NewRecord(e.topic, []byte("ok-1"), "ok-1"))
 	stop := start(t, e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil), ShutdownTimeout: shutdownBound}))
 	eventually(t, 10*time.Second, "the record processed", func() bool { return e.effects(t)["ok-1"] == 1 })
+	eventually(t, 20*time.Second, "the record's offset committed", committed.Load)
 	hang.Store(true)
 	e.produce(t, e.client(t), idemkafka.NewRecord(e.topic, []byte("ok-2"), "ok-2"))
 	eventually(t, 10*time.Second, "the second record processed", func() bool { return e.effects(t)["ok-2"] == 1 })
