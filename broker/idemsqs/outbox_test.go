@@ -47,7 +47,10 @@ func noErrors(t *testing.T, errs []error, n int) {
 func receiveAll(t *testing.T, c *sqs.Client, queue string, want int) []types.Message {
 	t.Helper()
 	var out []types.Message
-	deadline := time.Now().Add(30 * time.Second)
+	// Longer than goaws's visibility timeout (30 s in .ci/run's config):
+	// goaws can hand messages to a long poll that has already returned
+	// empty, which hides them until that timeout ends.
+	deadline := time.Now().Add(90 * time.Second)
 	for len(out) < want && time.Now().Before(deadline) {
 		r, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(queue), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
@@ -70,11 +73,18 @@ func receiveAll(t *testing.T, c *sqs.Client, queue string, want int) []types.Mes
 	return out
 }
 
+// runPrefix makes the ids and bodies of one run's events its own: goaws
+// (EnableDuplicates) drops a message whose id or body it saw within its
+// deduplication window, also one sent by an earlier run of the test.
+func runPrefix(name string) string {
+	return fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+}
+
 func events(queue string, n int, prefix string) []outbox.Message {
 	msgs := make([]outbox.Message, n)
 	for i := range msgs {
 		msgs[i] = outbox.Message{ID: fmt.Sprintf("%s-%02d", prefix, i), Topic: queue, Key: fmt.Sprintf("order-%d", i%3),
-			Payload: fmt.Appendf(nil, `{"n":%d}`, i), Headers: map[string]string{"kind": "created"}}
+			Payload: fmt.Appendf(nil, `{"event":%q,"n":%d}`, prefix, i), Headers: map[string]string{"kind": "created"}}
 	}
 	return msgs
 }
@@ -86,7 +96,7 @@ func TestOutboxPublishBatches(t *testing.T) {
 	c := sqsClient(t)
 	q := newQueue(t, c, t.Name(), nil)
 	p := outboxPublisher(t, c, nil)
-	msgs := events(q, 25, "std")
+	msgs := events(q, 25, runPrefix("std"))
 	noErrors(t, p.Publish(context.Background(), msgs), len(msgs))
 	got := map[string]bool{}
 	for _, m := range receiveAll(t, c, q, len(msgs)) {
@@ -112,7 +122,7 @@ func TestOutboxPublishFIFO(t *testing.T) {
 	c := sqsClient(t)
 	q := newQueue(t, c, t.Name()+".fifo", nil)
 	p := outboxPublisher(t, c, nil)
-	msgs := events(q, 12, "fifo")
+	msgs := events(q, 12, runPrefix("fifo"))
 	msgs[11].Key = "" // the default group
 	noErrors(t, p.Publish(context.Background(), msgs), len(msgs))
 	noErrors(t, p.Publish(context.Background(), msgs), len(msgs))
@@ -145,7 +155,7 @@ func TestOutboxOneByOneTakesEffectOnce(t *testing.T) {
 	q := newQueue(t, c, t.Name(), nil)
 	dlq := newQueue(t, c, t.Name()+"-dlq", nil)
 	p := outboxPublisher(t, c, &idemsqs.OutboxConfig{OneByOne: true})
-	msgs := events(q, 15, "once")
+	msgs := events(q, 15, runPrefix("once"))
 	for i := range msgs {
 		msgs[i].Payload = []byte(msgs[i].ID) // the ledger credits the body
 	}
