@@ -128,14 +128,7 @@ func describeStore(b *backend, cfg storeConfig) string {
 // the last '@' is hidden, user name included. An '@' alone in a SQLite path
 // (sqlite:///srv/app@2/idem.db) is no password.
 func redactDSN(dsn string) string {
-	u, err := url.Parse(dsn)
-	unsure := err != nil || u.Opaque != "" || !strings.Contains(dsn, "://")
-	if at := strings.LastIndex(dsn, "@"); !unsure && at >= 0 {
-		_, beforeAt, _ := strings.Cut(dsn[:at], "://")
-		_, hasPassword := u.User.Password()
-		unsure = u.Scheme != "sqlite" && (u.User == nil || strings.ContainsRune(u.Path+u.RawQuery+u.Fragment, '@')) ||
-			!hasPassword && strings.Contains(beforeAt, ":")
-	}
+	u, unsure := parseDSNUserInfo(dsn)
 	switch {
 	case unsure:
 		if at := strings.LastIndex(dsn, "@"); at >= 0 {
@@ -151,6 +144,35 @@ func redactDSN(dsn string) string {
 		}
 	}
 	return maskSecretParams(dsn)
+}
+
+// parseDSNUserInfo parses dsn as a URL and reports whether the parser
+// cannot be trusted to have found where its user info ends: see
+// redactDSN. u is nil when dsn does not parse.
+func parseDSNUserInfo(dsn string) (u *url.URL, unsure bool) {
+	u, err := url.Parse(dsn)
+	unsure = err != nil || u.Opaque != "" || !strings.Contains(dsn, "://")
+	if at := strings.LastIndex(dsn, "@"); !unsure && at >= 0 {
+		_, beforeAt, _ := strings.Cut(dsn[:at], "://")
+		_, hasPassword := u.User.Password()
+		unsure = u.Scheme != "sqlite" && (u.User == nil || strings.ContainsRune(u.Path+u.RawQuery+u.Fragment, '@')) ||
+			!hasPassword && strings.Contains(beforeAt, ":")
+	}
+	return u, unsure
+}
+
+// ambiguousUserInfo reports whether dsn is a URL ("scheme://…@…") whose
+// user info the URL parser would end early, at a '/', '#' or '?' of the
+// password (or an '@' it did not take as the end): a driver then
+// connects as the wrong user to the wrong host and database, and every
+// field it parsed may hold part of the password. Such a DSN is refused
+// before any driver sees it.
+func ambiguousUserInfo(dsn string) bool {
+	if !strings.Contains(dsn, "://") || !strings.Contains(dsn, "@") {
+		return false
+	}
+	_, unsure := parseDSNUserInfo(dsn)
+	return unsure
 }
 
 // notMigratedError says the schema lacks migrations and how to apply them.

@@ -79,6 +79,9 @@ const (
 // line that says what to check. maxConns sizes the pool unless the DSN
 // sets pool_max_conns.
 func openPool(ctx context.Context, cfg storeConfig, maxConns int32) (*pgxpool.Pool, error) {
+	if ambiguousUserInfo(cfg.DSN) {
+		return nil, fmt.Errorf("invalid --store %q: the URL's user info cannot be told from its host: percent-encode '/', '#', '?' and '@' in the user name and password (%%2F, %%23, %%3F, %%40); want postgres://USER[:PASSWORD]@HOST:PORT/DB", redactDSN(cfg.DSN))
+	}
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("invalid --store %q: %s; want postgres://USER[:PASSWORD]@HOST:PORT/DB", redactDSN(cfg.DSN), pgCause(err))

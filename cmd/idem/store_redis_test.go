@@ -238,20 +238,27 @@ func TestRedisDSNErrorsHidePassword(t *testing.T) {
 }
 
 // TestDSNErrorsHidePasswordOtherStores runs the same DSNs against the
-// PostgreSQL and SQLite backends.
+// PostgreSQL, MySQL and SQLite backends.
 func TestDSNErrorsHidePasswordOtherStores(t *testing.T) {
 	t.Parallel()
 	for _, tt := range malformedDSNBodies {
 		t.Run("postgres/"+tt.name, func(t *testing.T) {
 			t.Parallel()
-			if tt.name == "'/' in password" {
-				// pgx, like net/url, ends the user info at the '/': host
-				// "u", port 12, database "s3cretPW@127.0.0.1:1/0", which
-				// pgUnreachable (store_postgres.go) and pgx's own message
-				// then print as the database name.
-				t.Skip("known leak outside redactDSN: store_postgres.go prints the database name pgx parsed")
-			}
 			r := runCLI(t, nil, "keys", "get", "k", "--store", "postgres://"+tt.body)
+			wantExit(t, r, exitFailure)
+			if tt.name == "'/' in password" {
+				// pgx, like net/url, would end the user info at the '/'
+				// (host "u", port 12, database "s3cretPW@127.0.0.1:1/0"):
+				// the DSN is refused before pgx parses it.
+				wantExit(t, r, exitFailure, "percent-encode")
+			}
+			if strings.Contains(r.Stdout+r.Stderr, dsnPassword) {
+				t.Fatalf("the password leaked:\n%s%s", r.Stdout, r.Stderr)
+			}
+		})
+		t.Run("mysql/"+tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, nil, "keys", "get", "k", "--store", "mysql://"+tt.body)
 			wantExit(t, r, exitFailure)
 			if strings.Contains(r.Stdout+r.Stderr, dsnPassword) {
 				t.Fatalf("the password leaked:\n%s%s", r.Stdout, r.Stderr)

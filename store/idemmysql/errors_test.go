@@ -223,6 +223,7 @@ func TestParseURL(t *testing.T) {
 		"mysql://u:hunter2@/db",
 		"mysql://u:hunter2@h/db?timeout=forever",
 		"mysql://u:hunter2@h:bad port/db",
+		"mysql://u:hunter2@h/db?strict=true", // the driver panics on it
 	} {
 		_, err := idemmysql.ParseURL(bad)
 		if !errors.Is(err, idem.ErrInvalidConfig) {

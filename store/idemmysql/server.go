@@ -110,7 +110,7 @@ func ParseURL(raw string) (*mysql.Config, error) {
 		// The driver parses its own parameters: format the rest as a DSN
 		// query and let it.
 		dsn := "tcp(" + cfg.Addr + ")/" + db + "?" + q.Encode()
-		parsed, err := mysql.ParseDSN(dsn)
+		parsed, err := parseDSN(dsn)
 		if err != nil {
 			return nil, fmt.Errorf("%w: idemmysql: URL parameters: %v", idem.ErrInvalidConfig, err)
 		}
@@ -121,4 +121,15 @@ func ParseURL(raw string) (*mysql.Config, error) {
 		cfg = parsed
 	}
 	return cfg, nil
+}
+
+// parseDSN is mysql.ParseDSN, which panics on some parameters it no
+// longer supports (strict=…): a panic is returned as an error.
+func parseDSN(dsn string) (cfg *mysql.Config, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cfg, err = nil, fmt.Errorf("%v", p)
+		}
+	}()
+	return mysql.ParseDSN(dsn)
 }
