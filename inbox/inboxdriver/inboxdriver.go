@@ -17,7 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-go/idem"
-	"github.com/idem-go/idem/internal/textcut"
+	"github.com/idem-go/idem/internal/statetable"
 )
 
 // Limits on what the inbox stores, checked before a backend is touched.
@@ -30,9 +30,9 @@ const (
 	MaxOrderingKeyLen = 255
 	// MaxErrorBytes bounds a stored error text (last_error and the attempt
 	// history); longer texts are cut.
-	MaxErrorBytes = 2048
+	MaxErrorBytes = statetable.MaxErrorBytes
 	// MaxBatch is the largest claim a backend serves in one statement.
-	MaxBatch = 1000
+	MaxBatch = statetable.MaxBatch
 )
 
 // State is where an inbox row is in its life.
@@ -147,10 +147,8 @@ func (r Row) Message() Message {
 }
 
 // Lease identifies one claimed row: its id and the fencing token of the claim.
-type Lease struct {
-	ID    int64
-	Token int64
-}
+// It is the outbox's Lease too (outboxdriver.Lease).
+type Lease = statetable.Lease
 
 // Attempt is one failed run in a row's history.
 type Attempt struct {
@@ -186,30 +184,18 @@ type FailRequest struct {
 	Uncounted bool
 }
 
-// StateCount is one line of [Admin.Stats].
-type StateCount struct {
-	State State
-	Count int64
-	// Oldest is the age, by the database clock, of the oldest row in the
-	// state (by receive time); zero when Count is 0.
-	Oldest time.Duration
-}
+// StateCount is one line of [Admin.Stats]: State, Count, and Oldest, the
+// age by the database clock of the oldest row in the state (by receive
+// time), zero when Count is 0.
+type StateCount = statetable.Count[State]
 
-// ListRequest selects rows for [Admin.List].
-type ListRequest struct {
-	State State
-	// AfterID pages: only rows with a larger id.
-	AfterID int64
-	// Limit is 1..MaxBatch; 0 means 100.
-	Limit int
-}
+// ListRequest selects rows for [Admin.List]: those in State with an id
+// above AfterID (paging), at most Limit (1..MaxBatch; 0 means 100).
+type ListRequest = statetable.ListRequest[State]
 
 // Select names rows for Redrive and Discard: the given ids, or every dead
-// row with All.
-type Select struct {
-	IDs []int64
-	All bool
-}
+// row with All. It is the outbox's Select too (outboxdriver.Select).
+type Select = statetable.Select
 
 // Admin is the operator's view of an inbox (the CLI uses it; package inbox
 // re-exports it).
@@ -269,50 +255,19 @@ type Backend[Tx any] interface {
 
 // CutError bounds an error text to MaxErrorBytes without splitting a UTF-8
 // sequence.
-func CutError(s string) string { return textcut.Cut(s, MaxErrorBytes) }
+func CutError(s string) string { return statetable.CutError(s) }
 
 // ValidateSelect checks a Redrive or Discard selection.
-func ValidateSelect(sel Select) error {
-	if sel.All == (len(sel.IDs) > 0) {
-		return fmt.Errorf("%w: inbox: give ids or All, not both or neither", idem.ErrInvalidConfig)
-	}
-	if len(sel.IDs) > MaxBatch {
-		return fmt.Errorf("%w: inbox: at most %d ids at once", idem.ErrInvalidConfig, MaxBatch)
-	}
-	return nil
-}
+func ValidateSelect(sel Select) error { return statetable.ValidateSelect("inbox", sel) }
 
 // ValidateClaim checks a ClaimRequest.
 func ValidateClaim(req ClaimRequest) error {
-	if req.Limit < 1 || req.Limit > MaxBatch {
-		return fmt.Errorf("%w: inbox: claim limit must be 1..%d, got %d", idem.ErrInvalidConfig, MaxBatch, req.Limit)
-	}
-	if req.Lease <= 0 {
-		return fmt.Errorf("%w: inbox: lease must be positive, got %v", idem.ErrInvalidConfig, req.Lease)
-	}
-	return nil
+	return statetable.ValidateClaim("inbox", req.Limit, req.Lease)
 }
 
 // ListLimit returns the effective limit of a ListRequest, or an error.
-func ListLimit(req ListRequest) (int, error) {
-	switch {
-	case req.Limit == 0:
-		return 100, nil
-	case req.Limit < 0 || req.Limit > MaxBatch:
-		return 0, fmt.Errorf("%w: inbox: list limit must be 1..%d, got %d", idem.ErrInvalidConfig, MaxBatch, req.Limit)
-	}
-	return req.Limit, nil
-}
+func ListLimit(req ListRequest) (int, error) { return statetable.ListLimit("inbox", req) }
 
 // StatsInOrder lists every state in [States] order, taking counts from by
 // (a state missing from by counts zero). Backends use it for Stats.
-func StatsInOrder(by map[State]StateCount) []StateCount {
-	states := States()
-	out := make([]StateCount, len(states))
-	for i, st := range states {
-		c := by[st]
-		c.State = st
-		out[i] = c
-	}
-	return out
-}
+func StatsInOrder(by map[State]StateCount) []StateCount { return statetable.StatsInOrder(States(), by) }

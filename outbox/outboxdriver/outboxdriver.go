@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/statetable"
 	"github.com/idem-go/idem/internal/textcut"
 )
 
@@ -44,10 +45,10 @@ const (
 	MaxHeaderNameLen  = 255
 	MaxHeaderValueLen = 4096
 	// MaxErrorBytes bounds a stored error text; longer texts are cut.
-	MaxErrorBytes = 2048
+	MaxErrorBytes = statetable.MaxErrorBytes
 	// MaxBatch is the largest claim, list or selection a backend serves in
 	// one statement, and the most events one Write takes.
-	MaxBatch = 1000
+	MaxBatch = statetable.MaxBatch
 )
 
 // State is where an outbox event is in its life.
@@ -228,11 +229,8 @@ type Row struct {
 }
 
 // Lease identifies one claimed event: its row id and the fencing token of
-// the claim.
-type Lease struct {
-	ID    int64
-	Token int64
-}
+// the claim. It is the inbox's Lease too (inboxdriver.Lease).
+type Lease = statetable.Lease
 
 // Lease returns the row's lease.
 func (r Row) Lease() Lease { return Lease{ID: r.ID, Token: r.Token} }
@@ -265,30 +263,19 @@ type FailRequest struct {
 	Uncounted bool
 }
 
-// StateCount is one line of [Admin.Stats].
-type StateCount struct {
-	State State
-	Count int64
-	// Oldest is the age, by the database clock, of the oldest event in the
-	// state (by write time); zero when Count is 0.
-	Oldest time.Duration
-}
+// StateCount is one line of [Admin.Stats]: State, Count, and Oldest, the
+// age by the database clock of the oldest event in the state (by write
+// time), zero when Count is 0.
+type StateCount = statetable.Count[State]
 
-// ListRequest selects events for [Admin.List].
-type ListRequest struct {
-	State State
-	// AfterID pages: only rows with a larger id.
-	AfterID int64
-	// Limit is 1..MaxBatch; 0 means 100.
-	Limit int
-}
+// ListRequest selects events for [Admin.List]: those in State with a row
+// id above AfterID (paging), at most Limit (1..MaxBatch; 0 means 100).
+type ListRequest = statetable.ListRequest[State]
 
 // Select names dead events for Redrive and Discard: the given row ids, or
-// every dead event with All.
-type Select struct {
-	IDs []int64
-	All bool
-}
+// every dead event with All. It is the inbox's Select too
+// (inboxdriver.Select).
+type Select = statetable.Select
 
 // Admin is the operator's view of an outbox (the CLI uses it; package
 // outbox re-exports it).
@@ -355,28 +342,14 @@ type Backend[Tx any] interface {
 
 // CutError bounds an error text to MaxErrorBytes without splitting a UTF-8
 // sequence.
-func CutError(s string) string { return textcut.Cut(s, MaxErrorBytes) }
+func CutError(s string) string { return statetable.CutError(s) }
 
 // ValidateSelect checks a Redrive or Discard selection.
-func ValidateSelect(sel Select) error {
-	if sel.All == (len(sel.IDs) > 0) {
-		return fmt.Errorf("%w: outbox: give ids or All, not both or neither", idem.ErrInvalidConfig)
-	}
-	if len(sel.IDs) > MaxBatch {
-		return fmt.Errorf("%w: outbox: at most %d ids at once", idem.ErrInvalidConfig, MaxBatch)
-	}
-	return nil
-}
+func ValidateSelect(sel Select) error { return statetable.ValidateSelect("outbox", sel) }
 
 // ValidateClaim checks a ClaimRequest.
 func ValidateClaim(req ClaimRequest) error {
-	if req.Limit < 1 || req.Limit > MaxBatch {
-		return fmt.Errorf("%w: outbox: claim limit must be 1..%d, got %d", idem.ErrInvalidConfig, MaxBatch, req.Limit)
-	}
-	if req.Lease <= 0 {
-		return fmt.Errorf("%w: outbox: lease must be positive, got %v", idem.ErrInvalidConfig, req.Lease)
-	}
-	return nil
+	return statetable.ValidateClaim("outbox", req.Limit, req.Lease)
 }
 
 // ValidatePurge checks PurgeSent's arguments and returns the effective
@@ -391,32 +364,18 @@ func ValidatePurge(olderThan time.Duration, limit, def int) (int, error) {
 	return limit, nil
 }
 
-// ListLimit returns the effective limit of a ListRequest, or an error.
+// ListLimit returns the effective limit of a ListRequest, or an error
+// (also for an unknown state).
 func ListLimit(req ListRequest) (int, error) {
 	if _, err := ParseState(string(req.State)); err != nil {
 		return 0, err
 	}
-	switch {
-	case req.Limit == 0:
-		return 100, nil
-	case req.Limit < 0 || req.Limit > MaxBatch:
-		return 0, fmt.Errorf("%w: outbox: list limit must be 1..%d, got %d", idem.ErrInvalidConfig, MaxBatch, req.Limit)
-	}
-	return req.Limit, nil
+	return statetable.ListLimit("outbox", req)
 }
 
 // StatsInOrder lists every state in [States] order, taking counts from by
 // (a state missing from by counts zero). Backends use it for Stats.
-func StatsInOrder(by map[State]StateCount) []StateCount {
-	states := States()
-	out := make([]StateCount, len(states))
-	for i, st := range states {
-		c := by[st]
-		c.State = st
-		out[i] = c
-	}
-	return out
-}
+func StatsInOrder(by map[State]StateCount) []StateCount { return statetable.StatsInOrder(States(), by) }
 
 // NotFound returns the error Get reports for a missing row.
 func NotFound(driver string, what any) error {
