@@ -8,6 +8,7 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox/inboxdriver"
+	"github.com/idem-go/idem/internal/statetable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -186,14 +187,7 @@ func (ib *Inbox) Claim(ctx context.Context, req inboxdriver.ClaimRequest) ([]inb
 		sql = ib.q.claimOrdered
 	}
 	rows, err := ib.s.pool.Query(ctx, sql, req.Limit, micros(req.Lease), ib.sq)
-	if err != nil {
-		return nil, ib.s.wrap("inbox claim", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inboxdriver.Row, error) { return scanInboxRow(r) })
-	if err != nil {
-		return nil, ib.s.wrap("inbox claim", err)
-	}
-	return out, nil
+	return collectRows(ib.s, "inbox claim", scanInboxRow, rows, err)
 }
 
 // Complete implements [inboxdriver.Backend]: fn runs first, then the processed
@@ -237,14 +231,6 @@ func (ib *Inbox) Fail(ctx context.Context, req inboxdriver.FailRequest) error {
 	return nil
 }
 
-func leaseArrays(ls []inboxdriver.Lease) (ids, tokens []int64) {
-	ids, tokens = make([]int64, len(ls)), make([]int64, len(ls))
-	for i, l := range ls {
-		ids[i], tokens[i] = l.ID, l.Token
-	}
-	return ids, tokens
-}
-
 // Extend implements [inboxdriver.Backend].
 func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.Duration) ([]int64, error) {
 	if lease <= 0 {
@@ -253,7 +239,7 @@ func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	ids, tokens := leaseArrays(ls)
+	ids, tokens := statetable.LeaseArrays(ls)
 	rows, err := ib.s.pool.Query(ctx, ib.q.extend, ids, tokens, micros(lease))
 	if err != nil {
 		return nil, ib.s.wrap("inbox extend", err)
@@ -270,30 +256,12 @@ func (ib *Inbox) Release(ctx context.Context, ls []inboxdriver.Lease) (int64, er
 	if len(ls) == 0 {
 		return 0, nil
 	}
-	ids, tokens := leaseArrays(ls)
+	ids, tokens := statetable.LeaseArrays(ls)
 	tag, err := ib.s.pool.Exec(ctx, ib.q.release, ids, tokens)
 	if err != nil {
 		return 0, ib.s.wrap("inbox release", err)
 	}
 	return tag.RowsAffected(), nil
-}
-
-// batches runs a bounded statement until it affects fewer rows than limit.
-func (ib *Inbox) batches(ctx context.Context, op string, limit int, exec func() (pgconn.CommandTag, error)) (int64, error) {
-	var total int64
-	for {
-		tag, err := exec()
-		if err != nil {
-			return total, ib.s.wrap(op, err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(limit) {
-			return total, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return total, fmt.Errorf("idempgx: %s: %w", op, err)
-		}
-	}
 }
 
 // PurgeProcessed implements [inboxdriver.Backend].
@@ -304,31 +272,14 @@ func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, li
 	if limit == 0 {
 		limit = ib.s.cfg.PurgeBatch
 	}
-	return ib.batches(ctx, "inbox purge", limit, func() (pgconn.CommandTag, error) {
+	return ib.s.tableBatches(ctx, "inbox purge", limit, func() (pgconn.CommandTag, error) {
 		return ib.s.pool.Exec(ctx, ib.q.purge, micros(olderThan), limit)
 	})
 }
 
 // Stats implements [inboxdriver.Admin].
 func (ib *Inbox) Stats(ctx context.Context) ([]inboxdriver.StateCount, error) {
-	rows, err := ib.s.pool.Query(ctx, ib.q.stats)
-	if err != nil {
-		return nil, ib.s.wrap("inbox stats", err)
-	}
-	by := map[inboxdriver.State]inboxdriver.StateCount{}
-	var (
-		state string
-		n     int64
-		age   float64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&state, &n, &age}, func() error {
-		by[inboxdriver.State(state)] = inboxdriver.StateCount{State: inboxdriver.State(state), Count: n, Oldest: time.Duration(age * float64(time.Second))}
-		return nil
-	})
-	if err != nil {
-		return nil, ib.s.wrap("inbox stats", err)
-	}
-	return inboxdriver.StatsInOrder(by), nil
+	return countStates(ctx, ib.s, "inbox stats", ib.q.stats, inboxdriver.States())
 }
 
 // List implements [inboxdriver.Admin].
@@ -338,14 +289,7 @@ func (ib *Inbox) List(ctx context.Context, req inboxdriver.ListRequest) ([]inbox
 		return nil, err
 	}
 	rows, err := ib.s.pool.Query(ctx, ib.q.list, string(req.State), req.AfterID, limit)
-	if err != nil {
-		return nil, ib.s.wrap("inbox list", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inboxdriver.Row, error) { return scanInboxRow(r) })
-	if err != nil {
-		return nil, ib.s.wrap("inbox list", err)
-	}
-	return out, nil
+	return collectRows(ib.s, "inbox list", scanInboxRow, rows, err)
 }
 
 // Get implements [inboxdriver.Admin].
@@ -386,12 +330,5 @@ func (ib *Inbox) deadBatches(ctx context.Context, op, sql string, sel inboxdrive
 	if err := inboxdriver.ValidateSelect(sel); err != nil {
 		return 0, err
 	}
-	ids := sel.IDs
-	if ids == nil {
-		ids = []int64{}
-	}
-	limit := ib.s.cfg.PurgeBatch
-	return ib.batches(ctx, op, limit, func() (pgconn.CommandTag, error) {
-		return ib.s.pool.Exec(ctx, sql, ids, sel.All, limit)
-	})
+	return ib.s.deadBatches(ctx, op, sql, sel, ib.s.cfg.PurgeBatch)
 }

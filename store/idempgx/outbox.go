@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/statetable"
 	"github.com/idem-go/idem/outbox/outboxdriver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -147,18 +148,6 @@ func (ob *Outbox) Write(ctx context.Context, tx pgx.Tx, evs ...outboxdriver.Even
 	return nil
 }
 
-// collect reads outbox rows.
-func (ob *Outbox) collect(op string, rows pgx.Rows, err error) ([]outboxdriver.Row, error) {
-	if err != nil {
-		return nil, ob.s.wrap(op, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxdriver.Row, error) { return scanOutboxRow(r) })
-	if err != nil {
-		return nil, ob.s.wrap(op, err)
-	}
-	return out, nil
-}
-
 // Claim implements [outboxdriver.Driver] with FOR UPDATE SKIP LOCKED over
 // the partial index of unfinished events.
 func (ob *Outbox) Claim(ctx context.Context, req outboxdriver.ClaimRequest) ([]outboxdriver.Row, error) {
@@ -170,7 +159,7 @@ func (ob *Outbox) Claim(ctx context.Context, req outboxdriver.ClaimRequest) ([]o
 		sql = ob.q.claimOrdered
 	}
 	rows, err := ob.s.pool.Query(ctx, sql, req.Limit, micros(req.Lease), ob.sq)
-	out, err := ob.collect("outbox claim", rows, err)
+	out, err := collectRows(ob.s, "outbox claim", scanOutboxRow, rows, err)
 	if err != nil {
 		return nil, err
 	}
@@ -190,20 +179,12 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-func outboxLeaseArrays(ls []outboxdriver.Lease) (ids, tokens []int64) {
-	ids, tokens = make([]int64, len(ls)), make([]int64, len(ls))
-	for i, l := range ls {
-		ids[i], tokens[i] = l.ID, l.Token
-	}
-	return ids, tokens
-}
-
 // MarkSent implements [outboxdriver.Driver].
 func (ob *Outbox) MarkSent(ctx context.Context, ls []outboxdriver.Lease) ([]int64, error) {
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	ids, tokens := outboxLeaseArrays(ls)
+	ids, tokens := statetable.LeaseArrays(ls)
 	rows, err := ob.s.pool.Query(ctx, ob.q.markSent, ids, tokens)
 	if err != nil {
 		return nil, ob.s.wrap("outbox mark sent", err)
@@ -246,31 +227,12 @@ func (ob *Outbox) Release(ctx context.Context, ls []outboxdriver.Lease) (int64, 
 	if len(ls) == 0 {
 		return 0, nil
 	}
-	ids, tokens := outboxLeaseArrays(ls)
+	ids, tokens := statetable.LeaseArrays(ls)
 	tag, err := ob.s.pool.Exec(ctx, ob.q.release, ids, tokens)
 	if err != nil {
 		return 0, ob.s.wrap("outbox release", err)
 	}
 	return tag.RowsAffected(), nil
-}
-
-// batches runs a bounded statement, each time in its own transaction,
-// until it affects fewer rows than limit.
-func (ob *Outbox) batches(ctx context.Context, op string, limit int, exec func() (pgconn.CommandTag, error)) (int64, error) {
-	var total int64
-	for {
-		tag, err := exec()
-		if err != nil {
-			return total, ob.s.wrap(op, err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(limit) {
-			return total, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return total, fmt.Errorf("idempgx: %s: %w", op, err)
-		}
-	}
 }
 
 // PurgeSent implements [outboxdriver.Admin].
@@ -279,31 +241,14 @@ func (ob *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit 
 	if err != nil {
 		return 0, err
 	}
-	return ob.batches(ctx, "outbox purge", limit, func() (pgconn.CommandTag, error) {
+	return ob.s.tableBatches(ctx, "outbox purge", limit, func() (pgconn.CommandTag, error) {
 		return ob.s.pool.Exec(ctx, ob.q.purge, micros(olderThan), limit)
 	})
 }
 
 // Stats implements [outboxdriver.Admin].
 func (ob *Outbox) Stats(ctx context.Context) ([]outboxdriver.StateCount, error) {
-	rows, err := ob.s.pool.Query(ctx, ob.q.stats)
-	if err != nil {
-		return nil, ob.s.wrap("outbox stats", err)
-	}
-	by := map[outboxdriver.State]outboxdriver.StateCount{}
-	var (
-		state string
-		n     int64
-		age   float64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&state, &n, &age}, func() error {
-		by[outboxdriver.State(state)] = outboxdriver.StateCount{State: outboxdriver.State(state), Count: n, Oldest: time.Duration(age * float64(time.Second))}
-		return nil
-	})
-	if err != nil {
-		return nil, ob.s.wrap("outbox stats", err)
-	}
-	return outboxdriver.StatsInOrder(by), nil
+	return countStates(ctx, ob.s, "outbox stats", ob.q.stats, outboxdriver.States())
 }
 
 // List implements [outboxdriver.Admin].
@@ -313,7 +258,7 @@ func (ob *Outbox) List(ctx context.Context, req outboxdriver.ListRequest) ([]out
 		return nil, err
 	}
 	rows, err := ob.s.pool.Query(ctx, ob.q.list, string(req.State), req.AfterID, limit)
-	return ob.collect("outbox list", rows, err)
+	return collectRows(ob.s, "outbox list", scanOutboxRow, rows, err)
 }
 
 // Get implements [outboxdriver.Admin].
@@ -351,12 +296,5 @@ func (ob *Outbox) deadBatches(ctx context.Context, op, sql string, sel outboxdri
 	if err := outboxdriver.ValidateSelect(sel); err != nil {
 		return 0, err
 	}
-	ids := sel.IDs
-	if ids == nil {
-		ids = []int64{}
-	}
-	limit := min(ob.s.cfg.PurgeBatch, outboxdriver.MaxBatch)
-	return ob.batches(ctx, op, limit, func() (pgconn.CommandTag, error) {
-		return ob.s.pool.Exec(ctx, sql, ids, sel.All, limit)
-	})
+	return ob.s.deadBatches(ctx, op, sql, sel, min(ob.s.cfg.PurgeBatch, outboxdriver.MaxBatch))
 }
