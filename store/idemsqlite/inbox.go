@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -23,12 +22,15 @@ import (
 // number of workers, and heartbeats wait for them. Keep handlers short and
 // the worker's Lease well above a handler's duration; use PostgreSQL when
 // handlers must run in parallel.
-type Inbox struct{ s *Store }
+type Inbox struct {
+	s *Store
+	t stateTable
+}
 
 var _ inboxdriver.Backend[*sql.Tx] = (*Inbox)(nil)
 
 // Inbox returns the store's inbox (migration 2 creates its tables).
-func (s *Store) Inbox() *Inbox { return &Inbox{s: s} }
+func (s *Store) Inbox() *Inbox { return &Inbox{s: s, t: stateTable{s: s, name: "idem_inbox"}} }
 
 const inboxColumns = `id, source, message_id, type, payload, ordering_key, fingerprint, state, attempts, token,
 	coalesce(last_error, ''), coalesce(dead_reason, ''), received_at, next_attempt_at, processed_at`
@@ -117,12 +119,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, message_id) DO NOTHING RETU
 	return false, nil
 }
 
-func (ib *Inbox) wrap(op string, err error) error {
-	if strings.Contains(err.Error(), "no such table: idem_inbox") {
-		return fmt.Errorf("idemsqlite: %s: %w: run `idem migrate up --store sqlite://…` (%w)", op, ErrNotMigrated, err)
-	}
-	return fmt.Errorf("idemsqlite: %s: %w", op, classify(err))
-}
+func (ib *Inbox) wrap(op string, err error) error { return ib.t.wrap(op, err) }
 
 // Claim implements [inboxdriver.Backend]: it selects and leases due rows in one
 // BEGIN IMMEDIATE transaction, so no other writer can claim them meanwhile.
@@ -250,29 +247,6 @@ SELECT ?, coalesce(max(attempt), 0) + 1, ?, ? FROM idem_inbox_attempts WHERE inb
 	})
 }
 
-// leases runs stmt (which takes next_attempt_at, id, token) for each lease
-// in one transaction and returns the ids it changed.
-// Lease holders (heartbeats and releases) go ahead of claims in the write
-// queue, so a burst of claims cannot make a worker lose its lease.
-func (ib *Inbox) leases(ctx context.Context, op string, ls []inboxdriver.Lease, next func(now int64) int64, stmt string) ([]int64, error) {
-	var kept []int64
-	err := ib.s.inHolderTx(ctx, op, func(ctx context.Context, tx *sql.Tx, now int64) error {
-		kept = kept[:0]
-		for _, l := range ls {
-			res, err := tx.ExecContext(ctx, stmt, next(now), l.ID, l.Token)
-			if err := ib.leaseHeld(op, l, res, err); err != nil {
-				if errors.Is(err, idem.ErrLeaseLost) {
-					continue
-				}
-				return err
-			}
-			kept = append(kept, l.ID)
-		}
-		return nil
-	})
-	return kept, err
-}
-
 // Extend implements [inboxdriver.Backend].
 func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.Duration) ([]int64, error) {
 	if lease <= 0 {
@@ -281,29 +255,15 @@ func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	return ib.leases(ctx, "inbox extend", ls, func(now int64) int64 { return now + durMicros(lease) },
-		`UPDATE idem_inbox SET next_attempt_at = ? WHERE id = ? AND token = ? AND state = 'running'`)
+	return ib.t.held(ctx, "inbox extend", ls, `UPDATE idem_inbox SET next_attempt_at = ? WHERE id = ? AND token = ? AND state = 'running'`,
+		func(_ int, now int64) []any { return []any{now + durMicros(lease)} })
 }
 
 // Release implements [inboxdriver.Backend].
 func (ib *Inbox) Release(ctx context.Context, ls []inboxdriver.Lease) (int64, error) {
-	if len(ls) == 0 {
-		return 0, nil
-	}
-	kept, err := ib.leases(ctx, "inbox release", ls, func(now int64) int64 { return now },
-		`UPDATE idem_inbox SET state = 'pending', next_attempt_at = ? WHERE id = ? AND token = ? AND state = 'running'`)
+	kept, err := ib.t.held(ctx, "inbox release", ls, `UPDATE idem_inbox SET state = 'pending', next_attempt_at = ?
+WHERE id = ? AND token = ? AND state = 'running'`, func(_ int, now int64) []any { return []any{now} })
 	return int64(len(kept)), err
-}
-
-// batches is Store.inBatches with the inbox's error wrapping.
-func (ib *Inbox) batches(ctx context.Context, op string, limit int, stmt func(tx *sql.Tx, now int64) (sql.Result, error)) (int64, error) {
-	return ib.s.inBatches(ctx, op, limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
-		res, err := stmt(tx, now)
-		if err != nil {
-			return nil, ib.wrap(op, err)
-		}
-		return res, nil
-	})
 }
 
 // PurgeProcessed implements [inboxdriver.Backend].
@@ -314,7 +274,7 @@ func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, li
 	if limit == 0 {
 		limit = DefaultPurgeBatch
 	}
-	return ib.batches(ctx, "inbox purge", limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
+	return ib.t.batches(ctx, "inbox purge", limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
 		return tx.ExecContext(ctx, `DELETE FROM idem_inbox WHERE id IN (
 	SELECT id FROM idem_inbox WHERE state = 'processed' AND processed_at <= ? LIMIT ?)`, now-durMicros(olderThan), limit)
 	})
@@ -322,28 +282,7 @@ func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, li
 
 // Stats implements [inboxdriver.Admin].
 func (ib *Inbox) Stats(ctx context.Context) ([]inboxdriver.StateCount, error) {
-	rows, err := ib.s.db.QueryContext(ctx, `SELECT state, count(*), min(received_at) FROM idem_inbox GROUP BY state`)
-	if err != nil {
-		return nil, ib.wrap("inbox stats", err)
-	}
-	defer rows.Close()
-	now := ib.s.now()
-	by := map[inboxdriver.State]inboxdriver.StateCount{}
-	for rows.Next() {
-		var (
-			state  string
-			n      int64
-			oldest int64
-		)
-		if err := rows.Scan(&state, &n, &oldest); err != nil {
-			return nil, ib.wrap("inbox stats", err)
-		}
-		by[inboxdriver.State(state)] = inboxdriver.StateCount{State: inboxdriver.State(state), Count: n, Oldest: now.Sub(time.UnixMicro(oldest))}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, ib.wrap("inbox stats", err)
-	}
-	return inboxdriver.StatsInOrder(by), nil
+	return countStates(ctx, ib.t, "inbox stats", `SELECT state, count(*), min(received_at) FROM idem_inbox GROUP BY state`, inboxdriver.States())
 }
 
 // List implements [inboxdriver.Admin].
@@ -352,24 +291,8 @@ func (ib *Inbox) List(ctx context.Context, req inboxdriver.ListRequest) ([]inbox
 	if err != nil {
 		return nil, err
 	}
-	rows, err := ib.s.db.QueryContext(ctx, `SELECT `+inboxColumns+` FROM idem_inbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?`,
+	return listRows(ctx, ib.t, "inbox list", scanInboxRow, `SELECT `+inboxColumns+` FROM idem_inbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?`,
 		string(req.State), req.AfterID, limit)
-	if err != nil {
-		return nil, ib.wrap("inbox list", err)
-	}
-	defer rows.Close()
-	var out []inboxdriver.Row
-	for rows.Next() {
-		r, err := scanInboxRow(rows)
-		if err != nil {
-			return nil, ib.wrap("inbox list", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, ib.wrap("inbox list", err)
-	}
-	return out, nil
 }
 
 // Get implements [inboxdriver.Admin].
@@ -422,16 +345,5 @@ func (ib *Inbox) deadBatches(ctx context.Context, op string, sel inboxdriver.Sel
 	if err := inboxdriver.ValidateSelect(sel); err != nil {
 		return 0, err
 	}
-	// The ids go in as one JSON array parameter, never spliced into SQL.
-	ids := make([]string, len(sel.IDs))
-	for i, id := range sel.IDs {
-		ids[i] = fmt.Sprint(id)
-	}
-	idsJSON := "[" + strings.Join(ids, ",") + "]"
-	limit := DefaultPurgeBatch
-	return ib.batches(ctx, op, limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
-		stmt, args := head(now)
-		return tx.ExecContext(ctx, stmt+`(SELECT id FROM idem_inbox WHERE state = 'dead'
-	AND (? OR id IN (SELECT value FROM json_each(?))) ORDER BY id LIMIT ?)`, append(args, sel.All, idsJSON, limit)...)
-	})
+	return ib.t.deadBatches(ctx, op, sel, head)
 }

@@ -18,12 +18,15 @@ import (
 // SQLite's single writer (BEGIN IMMEDIATE), so concurrent relays never
 // claim the same event; marks and failures go ahead of claims in the queue,
 // as lease holders do.
-type Outbox struct{ s *Store }
+type Outbox struct {
+	s *Store
+	t stateTable
+}
 
 var _ outboxdriver.Backend[*sql.Tx] = (*Outbox)(nil)
 
 // Outbox returns the store's outbox (migration 3 creates its table).
-func (s *Store) Outbox() *Outbox { return &Outbox{s: s} }
+func (s *Store) Outbox() *Outbox { return &Outbox{s: s, t: stateTable{s: s, name: "idem_outbox"}} }
 
 const outboxColumns = `id, event_id, topic, event_key, payload, headers, state, attempts, token,
 	coalesce(last_error, ''), coalesce(dead_reason, ''), created_at, next_attempt_at, last_attempt_at, finished_at`
@@ -52,12 +55,7 @@ func scanOutboxRow(row scanner) (outboxdriver.Row, error) {
 	return r, nil
 }
 
-func (ob *Outbox) wrap(op string, err error) error {
-	if strings.Contains(err.Error(), "no such table: idem_outbox") {
-		return fmt.Errorf("idemsqlite: %s: %w: run `idem migrate up --store sqlite://…` (%w)", op, ErrNotMigrated, err)
-	}
-	return fmt.Errorf("idemsqlite: %s: %w", op, classify(err))
-}
+func (ob *Outbox) wrap(op string, err error) error { return ob.t.wrap(op, err) }
 
 // Write implements [outboxdriver.Writer]: every event is validated first,
 // then all go in one multi-row INSERT … ON CONFLICT (event_id) DO NOTHING
@@ -168,40 +166,9 @@ func queryIDs(ctx context.Context, q execQuerier, query string, args ...any) ([]
 	return ids, errors.Join(rows.Err(), rows.Close())
 }
 
-// held runs one fenced statement per lease in one lease holder's
-// transaction and returns the ids it changed. args gives each statement's
-// arguments before id and token.
-func (ob *Outbox) held(ctx context.Context, op string, ls []outboxdriver.Lease, stmt string, args func(i int, now int64) []any) ([]int64, error) {
-	if len(ls) == 0 {
-		return nil, nil
-	}
-	var done []int64
-	err := ob.s.inHolderTx(ctx, op, func(ctx context.Context, tx *sql.Tx, now int64) error {
-		done = done[:0]
-		for i, l := range ls {
-			res, err := tx.ExecContext(ctx, stmt, append(args(i, now), l.ID, l.Token)...)
-			if err != nil {
-				return ob.wrap(op, err)
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return ob.wrap(op, err)
-			}
-			if n > 0 {
-				done = append(done, l.ID)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return done, nil
-}
-
 // MarkSent implements [outboxdriver.Driver].
 func (ob *Outbox) MarkSent(ctx context.Context, ls []outboxdriver.Lease) ([]int64, error) {
-	return ob.held(ctx, "outbox mark sent", ls, `UPDATE idem_outbox SET state = 'sent', finished_at = ?, next_attempt_at = ?
+	return ob.t.held(ctx, "outbox mark sent", ls, `UPDATE idem_outbox SET state = 'sent', finished_at = ?, next_attempt_at = ?
 WHERE id = ? AND token = ? AND state = 'sending'`, func(_ int, now int64) []any { return []any{now, now} })
 }
 
@@ -211,7 +178,7 @@ func (ob *Outbox) Fail(ctx context.Context, reqs []outboxdriver.FailRequest) ([]
 	for i, r := range reqs {
 		ls[i] = r.Lease
 	}
-	return ob.held(ctx, "outbox fail", ls, `UPDATE idem_outbox SET state = ?, attempts = attempts + ?, last_error = ?, dead_reason = ?,
+	return ob.t.held(ctx, "outbox fail", ls, `UPDATE idem_outbox SET state = ?, attempts = attempts + ?, last_error = ?, dead_reason = ?,
 	finished_at = ?, next_attempt_at = ? WHERE id = ? AND token = ? AND state = 'sending'`, func(i int, now int64) []any {
 		r := reqs[i]
 		state, add, reason, finished := "pending", 1, sql.NullString{}, sql.NullInt64{}
@@ -227,20 +194,9 @@ func (ob *Outbox) Fail(ctx context.Context, reqs []outboxdriver.FailRequest) ([]
 
 // Release implements [outboxdriver.Driver].
 func (ob *Outbox) Release(ctx context.Context, ls []outboxdriver.Lease) (int64, error) {
-	done, err := ob.held(ctx, "outbox release", ls, `UPDATE idem_outbox SET state = 'pending', next_attempt_at = ?
+	done, err := ob.t.held(ctx, "outbox release", ls, `UPDATE idem_outbox SET state = 'pending', next_attempt_at = ?
 WHERE id = ? AND token = ? AND state = 'sending'`, func(_ int, now int64) []any { return []any{now} })
 	return int64(len(done)), err
-}
-
-// batches is Store.inBatches with the outbox's error wrapping.
-func (ob *Outbox) batches(ctx context.Context, op string, limit int, stmt func(tx *sql.Tx, now int64) (sql.Result, error)) (int64, error) {
-	return ob.s.inBatches(ctx, op, limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
-		res, err := stmt(tx, now)
-		if err != nil {
-			return nil, ob.wrap(op, err)
-		}
-		return res, nil
-	})
 }
 
 // PurgeSent implements [outboxdriver.Admin].
@@ -249,7 +205,7 @@ func (ob *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit 
 	if err != nil {
 		return 0, err
 	}
-	return ob.batches(ctx, "outbox purge", limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
+	return ob.t.batches(ctx, "outbox purge", limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
 		return tx.ExecContext(ctx, `DELETE FROM idem_outbox WHERE id IN (
 	SELECT id FROM idem_outbox WHERE state = 'sent' AND finished_at <= ? LIMIT ?)`, now-durMicros(olderThan), limit)
 	})
@@ -257,27 +213,7 @@ func (ob *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit 
 
 // Stats implements [outboxdriver.Admin].
 func (ob *Outbox) Stats(ctx context.Context) ([]outboxdriver.StateCount, error) {
-	rows, err := ob.s.db.QueryContext(ctx, `SELECT state, count(*), min(created_at) FROM idem_outbox GROUP BY state`)
-	if err != nil {
-		return nil, ob.wrap("outbox stats", err)
-	}
-	defer rows.Close()
-	now := ob.s.now()
-	by := map[outboxdriver.State]outboxdriver.StateCount{}
-	for rows.Next() {
-		var (
-			state     string
-			n, oldest int64
-		)
-		if err := rows.Scan(&state, &n, &oldest); err != nil {
-			return nil, ob.wrap("outbox stats", err)
-		}
-		by[outboxdriver.State(state)] = outboxdriver.StateCount{State: outboxdriver.State(state), Count: n, Oldest: now.Sub(time.UnixMicro(oldest))}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, ob.wrap("outbox stats", err)
-	}
-	return outboxdriver.StatsInOrder(by), nil
+	return countStates(ctx, ob.t, "outbox stats", `SELECT state, count(*), min(created_at) FROM idem_outbox GROUP BY state`, outboxdriver.States())
 }
 
 // List implements [outboxdriver.Admin].
@@ -286,24 +222,8 @@ func (ob *Outbox) List(ctx context.Context, req outboxdriver.ListRequest) ([]out
 	if err != nil {
 		return nil, err
 	}
-	rows, err := ob.s.db.QueryContext(ctx, `SELECT `+outboxColumns+` FROM idem_outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?`,
+	return listRows(ctx, ob.t, "outbox list", scanOutboxRow, `SELECT `+outboxColumns+` FROM idem_outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?`,
 		string(req.State), req.AfterID, limit)
-	if err != nil {
-		return nil, ob.wrap("outbox list", err)
-	}
-	defer rows.Close()
-	var out []outboxdriver.Row
-	for rows.Next() {
-		r, err := scanOutboxRow(rows)
-		if err != nil {
-			return nil, ob.wrap("outbox list", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, ob.wrap("outbox list", err)
-	}
-	return out, nil
 }
 
 // Get implements [outboxdriver.Admin].
@@ -346,16 +266,5 @@ func (ob *Outbox) deadBatches(ctx context.Context, op string, sel outboxdriver.S
 	if err := outboxdriver.ValidateSelect(sel); err != nil {
 		return 0, err
 	}
-	// The ids go in as one JSON array parameter, never spliced into SQL.
-	ids := make([]string, len(sel.IDs))
-	for i, id := range sel.IDs {
-		ids[i] = fmt.Sprint(id)
-	}
-	idsJSON := "[" + strings.Join(ids, ",") + "]"
-	limit := DefaultPurgeBatch
-	return ob.batches(ctx, op, limit, func(tx *sql.Tx, now int64) (sql.Result, error) {
-		stmt, args := head(now)
-		return tx.ExecContext(ctx, stmt+`(SELECT id FROM idem_outbox WHERE state = 'dead'
-	AND (? OR id IN (SELECT value FROM json_each(?))) ORDER BY id LIMIT ?)`, append(args, sel.All, idsJSON, limit)...)
-	})
+	return ob.t.deadBatches(ctx, op, sel, head)
 }
