@@ -147,7 +147,7 @@ func (ib *Inbox) Claim(ctx context.Context, req inboxdriver.ClaimRequest) ([]inb
 			" + INTERVAL ? MICROSECOND WHERE id IN ("+in+")", args...); err != nil {
 			return false, ib.s.wrap("inbox claim", err)
 		}
-		byID, err := ib.rows(ctx, tx, "SELECT "+inboxColumns+" FROM idem_inbox WHERE id IN ("+in+")", ids...)
+		byID, err := queryRows(ctx, tx, scanInboxRow, "SELECT "+inboxColumns+" FROM idem_inbox WHERE id IN ("+in+")", ids...)
 		if err != nil {
 			return false, ib.s.wrap("inbox claim", err)
 		}
@@ -166,21 +166,6 @@ func (ib *Inbox) Claim(ctx context.Context, req inboxdriver.ClaimRequest) ([]inb
 		return nil, err
 	}
 	return out, nil
-}
-
-// rows runs a query of inboxColumns.
-func (ib *Inbox) rows(ctx context.Context, q execer, query string, args ...any) ([]inboxdriver.Row, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	var out []inboxdriver.Row
-	err = eachRow(rows, func(r *sql.Rows) error {
-		row, err := scanInboxRow(r)
-		out = append(out, row)
-		return err
-	})
-	return out, err
 }
 
 // placeholders is "?, ?, …" n times.
@@ -245,19 +230,6 @@ func (ib *Inbox) Fail(ctx context.Context, req inboxdriver.FailRequest) error {
 	})
 }
 
-// leaseFilter selects the running rows of ls by id and token.
-func leaseFilter(ls []inboxdriver.Lease) (string, []any) {
-	args := make([]any, 0, 3*len(ls))
-	for _, l := range ls {
-		args = append(args, l.ID)
-	}
-	for _, l := range ls {
-		args = append(args, l.ID, l.Token)
-	}
-	return "id IN (" + placeholders(len(ls)) + ") AND state = 'running' AND (" +
-		repeatJoin("(id = ? AND token = ?)", " OR ", len(ls)) + ")", args
-}
-
 // Extend implements [inboxdriver.Backend]. MySQL has no RETURNING: the
 // leases still held are read back by token after the UPDATE.
 func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.Duration) ([]int64, error) {
@@ -267,7 +239,7 @@ func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	where, args := leaseFilter(ls)
+	where, args := leaseFilter("running", ls)
 	if _, err := ib.s.db.ExecContext(ctx, "UPDATE idem_inbox SET next_attempt_at = "+nowSQL+" + INTERVAL ? MICROSECOND WHERE "+where,
 		append([]any{micros(lease)}, args...)...); err != nil {
 		return nil, ib.s.wrap("inbox extend", err)
@@ -290,19 +262,7 @@ func (ib *Inbox) Extend(ctx context.Context, ls []inboxdriver.Lease, lease time.
 
 // Release implements [inboxdriver.Backend].
 func (ib *Inbox) Release(ctx context.Context, ls []inboxdriver.Lease) (int64, error) {
-	if len(ls) == 0 {
-		return 0, nil
-	}
-	where, args := leaseFilter(ls)
-	res, err := ib.s.db.ExecContext(ctx, "UPDATE idem_inbox SET state = 'pending', next_attempt_at = "+nowSQL+" WHERE "+where, args...)
-	if err != nil {
-		return 0, ib.s.wrap("inbox release", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, ib.s.wrap("inbox release", err)
-	}
-	return n, nil
+	return ib.s.releaseLeases(ctx, "inbox release", "idem_inbox", "running", ls)
 }
 
 // PurgeProcessed implements [inboxdriver.Backend]: batches of at most limit
@@ -317,7 +277,7 @@ func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, li
 		limit = ib.s.cfg.PurgeBatch
 	}
 	n, err := ib.s.batches(ctx, "inbox purge", limit, func(tx *sql.Tx) (int64, error) {
-		return deleteLocked(ctx, tx, "SELECT id FROM idem_inbox WHERE state = 'processed' AND processed_at <= "+nowSQL+
+		return deleteLocked(ctx, tx, "idem_inbox", "SELECT id FROM idem_inbox WHERE state = 'processed' AND processed_at <= "+nowSQL+
 			" - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED", micros(olderThan), limit)
 	})
 	if err != nil {
@@ -326,58 +286,10 @@ func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, li
 	return n, ib.s.purgeTokens(ctx, "idem_inbox_tokens")
 }
 
-// deleteLocked deletes the inbox rows whose ids query selects (and locks).
-func deleteLocked(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
-	ids, err := lockedIDs(ctx, tx, query, args...)
-	if err != nil || len(ids) == 0 {
-		return 0, err
-	}
-	res, err := tx.ExecContext(ctx, "DELETE FROM idem_inbox WHERE id IN ("+placeholders(len(ids))+")", ids...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-// lockedIDs runs a query of ids.
-func lockedIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]any, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	var ids []any
-	err = eachRow(rows, func(r *sql.Rows) error {
-		var id int64
-		err := r.Scan(&id)
-		ids = append(ids, id)
-		return err
-	})
-	return ids, err
-}
-
 // Stats implements [inboxdriver.Admin].
 func (ib *Inbox) Stats(ctx context.Context) ([]inboxdriver.StateCount, error) {
-	rows, err := ib.s.db.QueryContext(ctx, "SELECT state, COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(received_at), "+nowSQL+"), 0)"+
-		" FROM idem_inbox GROUP BY state")
-	if err != nil {
-		return nil, ib.s.wrap("inbox stats", err)
-	}
-	by := map[inboxdriver.State]inboxdriver.StateCount{}
-	err = eachRow(rows, func(r *sql.Rows) error {
-		var (
-			state string
-			n, us int64
-		)
-		if err := r.Scan(&state, &n, &us); err != nil {
-			return err
-		}
-		by[inboxdriver.State(state)] = inboxdriver.StateCount{State: inboxdriver.State(state), Count: n, Oldest: time.Duration(us) * time.Microsecond}
-		return nil
-	})
-	if err != nil {
-		return nil, ib.s.wrap("inbox stats", err)
-	}
-	return inboxdriver.StatsInOrder(by), nil
+	return countStates(ctx, ib.s, "inbox stats", "SELECT state, COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(received_at), "+nowSQL+"), 0)"+
+		" FROM idem_inbox GROUP BY state", inboxdriver.States())
 }
 
 // List implements [inboxdriver.Admin].
@@ -386,7 +298,7 @@ func (ib *Inbox) List(ctx context.Context, req inboxdriver.ListRequest) ([]inbox
 	if err != nil {
 		return nil, err
 	}
-	out, err := ib.rows(ctx, ib.s.db, "SELECT "+inboxColumns+" FROM idem_inbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
+	out, err := queryRows(ctx, ib.s.db, scanInboxRow, "SELECT "+inboxColumns+" FROM idem_inbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
 		string(req.State), req.AfterID, limit)
 	if err != nil {
 		return nil, ib.s.wrap("inbox list", err)
@@ -439,34 +351,9 @@ func (ib *Inbox) Discard(ctx context.Context, sel inboxdriver.Select) (int64, er
 	})
 }
 
-// deadBatches locks the selected dead rows a bounded batch at a time (SKIP
-// LOCKED) and applies change to them, each batch in a short transaction, so
-// redriving or discarding a large dead set never holds one long
-// transaction.
 func (ib *Inbox) deadBatches(ctx context.Context, op string, sel inboxdriver.Select, change func(tx *sql.Tx, ids []any) (sql.Result, error)) (int64, error) {
 	if err := inboxdriver.ValidateSelect(sel); err != nil {
 		return 0, err
 	}
-	limit := ib.s.cfg.PurgeBatch
-	query := "SELECT id FROM idem_inbox WHERE state = 'dead'"
-	var args []any
-	if !sel.All {
-		query += " AND id IN (" + placeholders(len(sel.IDs)) + ")"
-		for _, id := range sel.IDs {
-			args = append(args, id)
-		}
-	}
-	query += " ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
-	args = append(args, limit)
-	return ib.s.batches(ctx, op, limit, func(tx *sql.Tx) (int64, error) {
-		ids, err := lockedIDs(ctx, tx, query, args...)
-		if err != nil || len(ids) == 0 {
-			return 0, err
-		}
-		res, err := change(tx, ids)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	})
+	return ib.s.deadBatches(ctx, op, "idem_inbox", sel, ib.s.cfg.PurgeBatch, change)
 }

@@ -48,21 +48,6 @@ func scanOutboxRow(row scanner) (outboxdriver.Row, error) {
 	return r, nil
 }
 
-// rows runs a query of outboxColumns.
-func (ob *Outbox) rows(ctx context.Context, q execer, query string, args ...any) ([]outboxdriver.Row, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	var out []outboxdriver.Row
-	err = eachRow(rows, func(r *sql.Rows) error {
-		row, err := scanOutboxRow(r)
-		out = append(out, row)
-		return err
-	})
-	return out, err
-}
-
 // Write implements [outboxdriver.Writer]: every event is validated first,
 // then all go in one multi-row INSERT in tx; an id already in the outbox
 // is skipped (ON DUPLICATE KEY UPDATE id = id), so tx stays usable.
@@ -121,7 +106,7 @@ func (ob *Outbox) Claim(ctx context.Context, req outboxdriver.ClaimRequest) ([]o
 			" + INTERVAL ? MICROSECOND, last_attempt_at = "+nowSQL+" WHERE id IN ("+in+")", args...); err != nil {
 			return false, ob.s.wrap("outbox claim", err)
 		}
-		out, err = ob.rows(ctx, tx, "SELECT "+outboxColumns+" FROM idem_outbox WHERE id IN ("+in+") ORDER BY id", ids...)
+		out, err = queryRows(ctx, tx, scanOutboxRow, "SELECT "+outboxColumns+" FROM idem_outbox WHERE id IN ("+in+") ORDER BY id", ids...)
 		if err != nil {
 			return false, ob.s.wrap("outbox claim", err)
 		}
@@ -133,26 +118,13 @@ func (ob *Outbox) Claim(ctx context.Context, req outboxdriver.ClaimRequest) ([]o
 	return out, nil
 }
 
-// outboxLeaseFilter selects the sending events of ls by id and token.
-func outboxLeaseFilter(ls []outboxdriver.Lease) (string, []any) {
-	args := make([]any, 0, 3*len(ls))
-	for _, l := range ls {
-		args = append(args, l.ID)
-	}
-	for _, l := range ls {
-		args = append(args, l.ID, l.Token)
-	}
-	return "id IN (" + placeholders(len(ls)) + ") AND state = 'sending' AND (" +
-		repeatJoin("(id = ? AND token = ?)", " OR ", len(ls)) + ")", args
-}
-
 // held locks the events of ls whose lease is current and runs change on
 // their ids, in one transaction; it returns those ids.
 func (ob *Outbox) held(ctx context.Context, op string, ls []outboxdriver.Lease, change func(tx *sql.Tx, ids []any) error) ([]int64, error) {
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	where, args := outboxLeaseFilter(ls)
+	where, args := leaseFilter("sending", ls)
 	var out []int64
 	err := ob.s.inTx(ctx, op, func(tx *sql.Tx) (bool, error) {
 		ids, err := lockedIDs(ctx, tx, "SELECT id FROM idem_outbox WHERE "+where+" FOR UPDATE", args...)
@@ -218,32 +190,7 @@ func (ob *Outbox) Fail(ctx context.Context, reqs []outboxdriver.FailRequest) ([]
 
 // Release implements [outboxdriver.Driver].
 func (ob *Outbox) Release(ctx context.Context, ls []outboxdriver.Lease) (int64, error) {
-	if len(ls) == 0 {
-		return 0, nil
-	}
-	where, args := outboxLeaseFilter(ls)
-	res, err := ob.s.db.ExecContext(ctx, "UPDATE idem_outbox SET state = 'pending', next_attempt_at = "+nowSQL+" WHERE "+where, args...)
-	if err != nil {
-		return 0, ob.s.wrap("outbox release", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, ob.s.wrap("outbox release", err)
-	}
-	return n, nil
-}
-
-// deleteOutbox deletes the events whose ids query selects (and locks).
-func deleteOutbox(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
-	ids, err := lockedIDs(ctx, tx, query, args...)
-	if err != nil || len(ids) == 0 {
-		return 0, err
-	}
-	res, err := tx.ExecContext(ctx, "DELETE FROM idem_outbox WHERE id IN ("+placeholders(len(ids))+")", ids...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return ob.s.releaseLeases(ctx, "outbox release", "idem_outbox", "sending", ls)
 }
 
 // PurgeSent implements [outboxdriver.Admin]: batches of at most limit
@@ -255,7 +202,7 @@ func (ob *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit 
 		return 0, err
 	}
 	n, err := ob.s.batches(ctx, "outbox purge", limit, func(tx *sql.Tx) (int64, error) {
-		return deleteOutbox(ctx, tx, "SELECT id FROM idem_outbox WHERE state = 'sent' AND finished_at <= "+nowSQL+
+		return deleteLocked(ctx, tx, "idem_outbox", "SELECT id FROM idem_outbox WHERE state = 'sent' AND finished_at <= "+nowSQL+
 			" - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ? FOR UPDATE SKIP LOCKED", micros(olderThan), limit)
 	})
 	if err != nil {
@@ -266,27 +213,8 @@ func (ob *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit 
 
 // Stats implements [outboxdriver.Admin].
 func (ob *Outbox) Stats(ctx context.Context) ([]outboxdriver.StateCount, error) {
-	rows, err := ob.s.db.QueryContext(ctx, "SELECT state, COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), "+nowSQL+"), 0)"+
-		" FROM idem_outbox GROUP BY state")
-	if err != nil {
-		return nil, ob.s.wrap("outbox stats", err)
-	}
-	by := map[outboxdriver.State]outboxdriver.StateCount{}
-	err = eachRow(rows, func(r *sql.Rows) error {
-		var (
-			state string
-			n, us int64
-		)
-		if err := r.Scan(&state, &n, &us); err != nil {
-			return err
-		}
-		by[outboxdriver.State(state)] = outboxdriver.StateCount{State: outboxdriver.State(state), Count: n, Oldest: time.Duration(us) * time.Microsecond}
-		return nil
-	})
-	if err != nil {
-		return nil, ob.s.wrap("outbox stats", err)
-	}
-	return outboxdriver.StatsInOrder(by), nil
+	return countStates(ctx, ob.s, "outbox stats", "SELECT state, COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), "+nowSQL+"), 0)"+
+		" FROM idem_outbox GROUP BY state", outboxdriver.States())
 }
 
 // List implements [outboxdriver.Admin].
@@ -295,7 +223,7 @@ func (ob *Outbox) List(ctx context.Context, req outboxdriver.ListRequest) ([]out
 	if err != nil {
 		return nil, err
 	}
-	out, err := ob.rows(ctx, ob.s.db, "SELECT "+outboxColumns+" FROM idem_outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
+	out, err := queryRows(ctx, ob.s.db, scanOutboxRow, "SELECT "+outboxColumns+" FROM idem_outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
 		string(req.State), req.AfterID, limit)
 	if err != nil {
 		return nil, ob.s.wrap("outbox list", err)
@@ -339,33 +267,9 @@ func (ob *Outbox) Discard(ctx context.Context, sel outboxdriver.Select) (int64, 
 	})
 }
 
-// deadBatches locks the selected dead events a bounded batch at a time
-// (SKIP LOCKED) and applies change to them, each batch in a short
-// transaction.
 func (ob *Outbox) deadBatches(ctx context.Context, op string, sel outboxdriver.Select, change func(tx *sql.Tx, ids []any) (sql.Result, error)) (int64, error) {
 	if err := outboxdriver.ValidateSelect(sel); err != nil {
 		return 0, err
 	}
-	limit := min(ob.s.cfg.PurgeBatch, outboxdriver.MaxBatch)
-	query := "SELECT id FROM idem_outbox WHERE state = 'dead'"
-	var args []any
-	if !sel.All {
-		query += " AND id IN (" + placeholders(len(sel.IDs)) + ")"
-		for _, id := range sel.IDs {
-			args = append(args, id)
-		}
-	}
-	query += " ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
-	args = append(args, limit)
-	return ob.s.batches(ctx, op, limit, func(tx *sql.Tx) (int64, error) {
-		ids, err := lockedIDs(ctx, tx, query, args...)
-		if err != nil || len(ids) == 0 {
-			return 0, err
-		}
-		res, err := change(tx, ids)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	})
+	return ob.s.deadBatches(ctx, op, "idem_outbox", sel, min(ob.s.cfg.PurgeBatch, outboxdriver.MaxBatch), change)
 }
