@@ -81,27 +81,45 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 		return "", err
 	}
 	for attempt := range maxRaceRetries {
-		query := s.q.processOneNew // first try: a duplicate takes no row lock
-		if attempt > 0 {
-			query = s.q.processOne // a row to take over, or raced
+		var (
+			e    storekit.Existing
+			seen bool
+			err  error
+		)
+		if attempt == 0 {
+			// First try: a duplicate takes no row lock, and the statement
+			// returns the existing record with the insert's answer.
+			var fresh bool
+			e, fresh, seen, err = s.processFirst(ctx, tx, msg)
+			if err != nil {
+				return "", s.wrap("process", err)
+			}
+			if fresh {
+				return idem.Processed, nil
+			}
+		} else {
+			// A row to take over, or raced.
+			var fresh bool
+			err := s.writeRow(ctx, tx, s.q.processOne, msg.Scope, msg.Key, msg.Fingerprint[:], micros(msg.RetentionOrDefault())).Scan(&fresh)
+			if err == nil {
+				return idem.Processed, nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return "", s.wrap("process", err)
+			}
 		}
-		var fresh bool
-		err := s.writeRow(ctx, tx, query, msg.Scope, msg.Key, msg.Fingerprint[:], micros(msg.RetentionOrDefault())).Scan(&fresh)
-		if err == nil {
-			return idem.Processed, nil
+		if !seen {
+			// Committed by another transaction after the statement began
+			// (its snapshot did not hold it), or deleted meanwhile.
+			rec, err := scanRecord(tx.QueryRow(ctx, s.q.getLive, msg.Scope, msg.Key), &e.Live, &e.Expired)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // deleted or purged since the insert
+			}
+			if err != nil {
+				return "", s.wrap("process", err)
+			}
+			e.State, e.Fingerprint = rec.State, rec.Fingerprint
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return "", s.wrap("process", err)
-		}
-		var e storekit.Existing
-		rec, err := scanRecord(tx.QueryRow(ctx, s.q.getLive, msg.Scope, msg.Key), &e.Live, &e.Expired)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // deleted or purged since the insert
-		}
-		if err != nil {
-			return "", s.wrap("process", err)
-		}
-		e.State, e.Fingerprint = rec.State, rec.Fingerprint
 		res, retry, err := storekit.Judge(e, msg)
 		if !retry {
 			if err != nil {
@@ -111,6 +129,31 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 		}
 	}
 	return "", idem.Retryable(fmt.Errorf("idempgx: process %q: record kept changing under %d attempts", msg.Key, maxRaceRetries))
+}
+
+// processFirst runs the first try's insert of msg's record (no takeover)
+// with the lookup of the record that stopped it: fresh says the record was
+// inserted; otherwise seen says whether the statement saw the existing
+// record, e. See firstPass.
+func (s *Store) processFirst(ctx context.Context, tx pgx.Tx, msg idem.Message) (e storekit.Existing, fresh, seen bool, err error) {
+	var (
+		state         *string
+		fp            []byte
+		live, expired *bool
+	)
+	err = s.writeRow(ctx, tx, s.q.processOneFirst, msg.Scope, msg.Key, msg.Fingerprint[:], micros(msg.RetentionOrDefault())).
+		Scan(&state, &fp, &live, &expired)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return e, false, false, nil
+	case err != nil:
+		return e, false, false, err
+	case state == nil:
+		return e, true, false, nil
+	}
+	e.State, e.Live, e.Expired = idem.State(*state), *live, *expired
+	copy(e.Fingerprint[:], fp)
+	return e, false, true, nil
 }
 
 // ProcessBatch is Process for many messages in one transaction, with the
@@ -202,11 +245,9 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 			return nil, idem.Retryable(fmt.Errorf("idempgx: process batch: records kept changing under %d attempts", maxRaceRetries))
 		}
 		var err error
-		query := s.q.processBatchNew // first pass: duplicates take no row lock
-		if attempt > 0 {
-			query = s.q.processBatch // rows to take over, or raced
-		}
-		if pending, err = s.insertBatch(ctx, tx, query, msgs, pending, results, stored); err != nil {
+		// The first pass takes over no row, so a duplicate takes no row
+		// lock; later ones take over expired rows, or raced.
+		if pending, err = s.insertBatch(ctx, tx, attempt == 0, msgs, pending, results, stored); err != nil {
 			return nil, err
 		}
 	}
@@ -223,7 +264,18 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 // insertBatch inserts the dedupe rows of msgs[pending...], fills results
 // and stored for the ones it settles, and returns those that raced with an
 // expiry or deletion and must be inserted again.
-func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs []idem.Message, pending []int, results []idem.Outcome, stored map[int]storekit.Existing) ([]int, error) {
+//
+// The first pass (first) takes over no row, so a duplicate takes no row
+// lock; a later one takes expired rows over (processBatch). When the last
+// first pass met existing records, and so this one likely will, it reads
+// them in the same statement (processBatchFirst), planned for its
+// arguments every time (see lookupBatch), which saves the second
+// statement and its round trip. Otherwise it runs the cached insert alone
+// (processBatchNew), with no planning, and looks the conflicted records up
+// after. The partitioned layout always takes the second way: its lock goes
+// in the same round trip as the insert, as one pipelined batch, which
+// cannot choose how each statement is planned.
+func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, first bool, msgs []idem.Message, pending []int, results []idem.Outcome, stored map[int]storekit.Existing) ([]int, error) {
 	scopes := make([]string, len(pending))
 	keys := make([]string, len(pending))
 	fps := make([][]byte, len(pending))
@@ -232,16 +284,48 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 		m := &msgs[i]
 		scopes[n], keys[n], fps[n], rets[n] = m.Scope, m.Key, m.Fingerprint[:], micros(m.RetentionOrDefault())
 	}
-	rows, done, err := s.writeRows(ctx, tx, query, scopes, keys, fps, rets)
+	folded := first && s.q.lockShared == "" && s.batchDups.Load()
+	var (
+		rows pgx.Rows
+		done = func() error { return nil }
+		err  error
+	)
+	switch {
+	case folded:
+		rows, err = tx.Query(ctx, s.q.processBatchFirst, pgx.QueryExecModeExec, scopes, keys, fps, rets)
+	case first:
+		rows, done, err = s.writeRows(ctx, tx, s.q.processBatchNew, scopes, keys, fps, rets)
+	default:
+		rows, done, err = s.writeRows(ctx, tx, s.q.processBatch, scopes, keys, fps, rets)
+	}
 	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}
 	fresh := make(map[recordRef]bool, len(pending))
-	var ref recordRef
-	_, err = pgx.ForEachRow(rows, []any{&ref.scope, &ref.key}, func() error {
-		fresh[ref] = true
-		return nil
-	})
+	found := make(map[recordRef]storekit.Existing)
+	var (
+		ref           recordRef
+		state         *string
+		fp            []byte
+		live, expired *bool
+	)
+	if folded {
+		_, err = pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &live, &expired}, func() error {
+			if state == nil {
+				fresh[ref] = true
+				return nil
+			}
+			e := storekit.Existing{State: idem.State(*state), Live: *live, Expired: *expired}
+			copy(e.Fingerprint[:], fp)
+			found[ref] = e
+			return nil
+		})
+	} else {
+		_, err = pgx.ForEachRow(rows, []any{&ref.scope, &ref.key}, func() error {
+			fresh[ref] = true
+			return nil
+		})
+	}
 	if derr := done(); err == nil {
 		err = derr
 	}
@@ -249,42 +333,38 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 		return nil, s.wrap("process batch", err)
 	}
 	var conflicted []int
+	unseen := 0
 	for _, i := range pending {
 		m := &msgs[i]
-		if fresh[recordRef{m.Scope, m.Key}] {
+		ref := recordRef{m.Scope, m.Key}
+		if fresh[ref] {
 			results[i] = idem.Processed
-		} else {
-			conflicted = append(conflicted, i)
+			continue
 		}
+		conflicted = append(conflicted, i)
+		if _, ok := found[ref]; !ok {
+			unseen++
+		}
+	}
+	if first && s.q.lockShared == "" && s.batchDups.Load() != (len(conflicted) > 0) {
+		s.batchDups.Store(len(conflicted) > 0)
 	}
 	if len(conflicted) == 0 {
 		return nil, nil
 	}
-
-	scopes, keys = scopes[:0], keys[:0]
-	for _, i := range conflicted {
-		scopes, keys = append(scopes, msgs[i].Scope), append(keys, msgs[i].Key)
-	}
-	// Planned for its actual arguments each time: a cached generic plan
-	// made while the table was small keeps a sequential scan as the table
-	// grows, and was measured to triple this statement's cost at random.
-	rows, err = tx.Query(ctx, s.q.processLookup, pgx.QueryExecModeExec, scopes, keys)
-	if err != nil {
-		return nil, s.wrap("process batch", err)
-	}
-	found := make(map[recordRef]storekit.Existing, len(conflicted))
-	var (
-		e     storekit.Existing
-		state string
-		fp    []byte
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &e.Live, &e.Expired}, func() error {
-		e.State = idem.State(state)
-		copy(e.Fingerprint[:], fp)
-		found[ref] = e
-		return nil
-	}); err != nil {
-		return nil, s.wrap("process batch", err)
+	if unseen > 0 {
+		// Records the statement did not read: every conflicted one but
+		// after a folded first pass, and then those committed by other
+		// transactions after it began (or deleted meanwhile).
+		scopes, keys = scopes[:0], keys[:0]
+		for _, i := range conflicted {
+			if _, ok := found[recordRef{msgs[i].Scope, msgs[i].Key}]; !ok {
+				scopes, keys = append(scopes, msgs[i].Scope), append(keys, msgs[i].Key)
+			}
+		}
+		if err := s.lookupBatch(ctx, tx, scopes, keys, found); err != nil {
+			return nil, err
+		}
 	}
 	var again []int
 	for _, i := range conflicted {
@@ -307,6 +387,32 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 		}
 	}
 	return again, nil
+}
+
+// lookupBatch reads the records of (scopes[n], keys[n]) into found.
+func (s *Store) lookupBatch(ctx context.Context, tx pgx.Tx, scopes, keys []string, found map[recordRef]storekit.Existing) error {
+	// Planned for its actual arguments each time: a cached generic plan
+	// made while the table was small keeps a sequential scan as the table
+	// grows, and was measured to triple this statement's cost at random.
+	rows, err := tx.Query(ctx, s.q.processLookup, pgx.QueryExecModeExec, scopes, keys)
+	if err != nil {
+		return s.wrap("process batch", err)
+	}
+	var (
+		ref   recordRef
+		e     storekit.Existing
+		state string
+		fp    []byte
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &e.Live, &e.Expired}, func() error {
+		e.State = idem.State(state)
+		copy(e.Fingerprint[:], fp)
+		found[ref] = e
+		return nil
+	}); err != nil {
+		return s.wrap("process batch", err)
+	}
+	return nil
 }
 
 // inTx runs fn in a transaction from the pool and commits if fn asks to.

@@ -9,7 +9,11 @@ type queries struct {
 	claim, getLive, get, complete, release, extend, delete, purge string
 	processOne, processOneNew, processBatch, processBatchNew      string
 	processLookup                                                 string
-	listAll, listScope                                            string
+	// processOneFirst and processBatchFirst are processOneNew and
+	// processBatchNew with the lookup of the records they did not insert
+	// folded in (see firstPass).
+	processOneFirst, processBatchFirst string
+	listAll, listScope                 string
 	// lockShared, in the partitioned layout, is the statement sent just
 	// before every write that may create a record (see partition.go); empty
 	// in the plain layout.
@@ -25,9 +29,49 @@ const takeoverCondition = `(r.state = 'completed' AND r.expires_at <= now())
 	OR (r.state = 'in_progress' AND r.lease_expires_at <= now() AND r.fingerprint = excluded.fingerprint)`
 
 func newQueries(schema string, partitioned bool) queries {
+	var q queries
 	if partitioned {
-		return newPartitionedQueries(schema)
+		q = newPartitionedQueries(schema)
+	} else {
+		q = newPlainQueries(schema)
 	}
+	q.processOneFirst, q.processBatchFirst = firstPass(pgx.Identifier{schema, "idem_records"}.Sanitize(), q.processOneNew, q.processBatchNew)
+	return q
+}
+
+// firstPass folds the lookup of the existing records into the first-try
+// inserts one and batch (processOneNew, processBatchNew), so that a
+// duplicate costs one statement, not two. Each returns one row per
+// message: (for the batch: scope, key,) then state, fingerprint, live
+// lease, expired — state NULL for a record the statement inserted.
+//
+// The lookup reads the statement's snapshot, which does not hold a record
+// that a concurrent transaction committed after the statement began: the
+// insert then waited for that transaction, conflicted with its record and
+// inserted nothing, and the lookup finds nothing either. The caller looks
+// such a message up again with a statement of its own (getLive,
+// processLookup), whose snapshot is newer. A record that was deleted after
+// the snapshot can be both inserted and seen; the insert wins.
+func firstPass(t, one, batch string) (string, string) {
+	const cols = `r.state, r.fingerprint, coalesce(r.lease_expires_at > now(), false), r.expires_at <= now()`
+	one = `WITH ins AS (` + one + `)
+SELECT NULL::text, NULL::bytea, NULL::boolean, NULL::boolean FROM ins
+UNION ALL
+SELECT ` + cols + `
+FROM ` + t + ` AS r WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT FROM ins)`
+	// Only the keys that were not inserted are looked up (a hashed
+	// subplan over ins): a fresh key would cost an index probe for
+	// nothing.
+	batch = `WITH ins AS (` + batch + `)
+SELECT ins.scope, ins.key, NULL::text, NULL::bytea, NULL::boolean, NULL::boolean FROM ins
+UNION ALL
+SELECT r.scope, r.key, ` + cols + `
+FROM unnest($1::text[], $2::text[]) AS l(scope, key) JOIN ` + t + ` AS r ON r.scope = l.scope AND r.key = l.key
+WHERE (l.scope, l.key) NOT IN (SELECT ins.scope, ins.key FROM ins)`
+	return one, batch
+}
+
+func newPlainQueries(schema string) queries {
 	t := pgx.Identifier{schema, "idem_records"}.Sanitize()
 	// The inserts of a completed dedupe record, for one message and for a
 	// batch, and the conflict clause that takes an expired row over.
