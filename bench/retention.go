@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // GroupRetention measures idem's claims (ProcessBatch ×100 dedupe records,
@@ -30,9 +31,9 @@ const (
 	RetentionPlainPurg = "plain table, DELETE purge running"
 )
 
-// RetentionRowsEnv overrides how many expired rows each run of a
-// retention row has to retire (default: 50 times the batched size, 1M in
-// the full report). The 50M variant is long: IDEM_BENCH_RETENTION_ROWS=50000000.
+// RetentionRowsEnv overrides how many expired rows each table of the
+// group starts with, and how many the drop has to retire each run
+// (default: 50 times the batched size, 1M in the full report). The 50M variant is long: IDEM_BENCH_RETENTION_ROWS=50000000.
 const RetentionRowsEnv = "IDEM_BENCH_RETENTION_ROWS"
 
 func retentionScenarios(batched int) []*Scenario {
@@ -40,16 +41,19 @@ func retentionScenarios(batched int) []*Scenario {
 	if v, err := strconv.Atoi(os.Getenv(RetentionRowsEnv)); err == nil && v > 0 {
 		rows = v
 	}
-	note := func(s string, retire bool) string {
-		if retire {
+	note := func(s string, partitioned, retire bool) string {
+		switch {
+		case retire && partitioned:
 			return fmt.Sprintf("%s; retires %s expired rows a run", s, short1k(rows))
+		case retire:
+			return fmt.Sprintf("%s; the table starts with %s expired rows, each run goes on with what the last left", s, short1k(rows))
 		}
 		return fmt.Sprintf("%s; the table holds %s expired rows", s, short1k(rows))
 	}
 	var out []*Scenario
 	row := func(name string, role Role, n string, partitioned, retire bool) {
 		out = append(out, &Scenario{Group: GroupRetention, Name: name, Role: role, Concurrency: 8, DupPercent: 0,
-			Messages: 5 * batched, Note: note(n, retire), Needs: NeedsPostgres,
+			Messages: 5 * batched, Note: note(n, partitioned, retire), Needs: NeedsPostgres,
 			Prepare: func(ctx context.Context, env *Env, s *Scenario) (Run, error) {
 				return prepRetention(ctx, env, s, rows, partitioned, retire)
 			}})
@@ -72,9 +76,22 @@ func short1k(n int) string {
 }
 
 // prepRetention gives the row a schema of its own holding rows expired
-// records; before each run it adds rows more, in an old partition (or the
-// plain table), so that the retention running beside the timed claims has
-// that much to retire. The rows without retention keep theirs.
+// records, written as a real table would hold them (the store's own
+// migrations and indexes; created_at spread over a day, each record
+// expired a day after it was created) but filled in bulk: the rows go into
+// a table without indexes, by parallel INSERT … SELECT generate_series, and
+// the indexes are built afterwards, side by side. In the partitioned layout
+// that table then becomes a partition the writes just left, as a day of
+// traffic would be (attached with its indexes, and a CHECK that spares the
+// attach its scan).
+//
+// The row with the drop needs a new partition of rows before each run (its
+// retention retires all of them); the DELETE purge retires only part of
+// its table in a run, so the next run goes on with what is left (topped up
+// to rows when less than half is left); the rows without retention keep
+// theirs. With IDEM_BENCH_VERBOSE each run prints how many expired rows
+// the table held, how many the retention retired and the table's size
+// before and after.
 func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partitioned, retire bool) (Run, error) {
 	p, err := postgres(ctx, env)
 	if err != nil {
@@ -101,59 +118,55 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 	if err != nil {
 		return Run{}, err
 	}
-	table := pgx.Identifier{schema, "idem_records"}.Sanitize()
-	fills := 0
-	// fill adds rows expired records: in the partitioned layout into a
-	// partition the writes just left, as a day of traffic would be.
-	fill := func(ctx context.Context) error {
-		fills++
-		bucket, col := "", ""
-		if partitioned {
-			rep, err := store.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true})
-			if err != nil {
-				return err
-			}
-			bucket, col = fmt.Sprintf(", %d", rep.Current-1), ", bucket"
-			if _, err := store.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true}); err != nil {
-				return err
-			}
-		}
-		_, err := p.pool.Exec(ctx, `INSERT INTO `+table+` (scope, key, state, fingerprint, created_at, completed_at, expires_at`+col+`)
-SELECT 'old', $1 || g, 'completed', sha256(g::text::bytea), now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'`+bucket+`
-FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
-		if err == nil {
-			_, err = p.pool.Exec(ctx, "ANALYZE "+table)
-		}
-		return err
-	}
-	if err := fill(ctx); err != nil {
+	t := &retTable{pool: p.pool, schema: schema, partitioned: partitioned, filled: map[string]int64{}}
+	if err := t.fill(ctx, rows); err != nil {
 		return Run{}, fmt.Errorf("fill: %w", err)
 	}
-	var msgs []idem.Message
+	verbose := os.Getenv("IDEM_BENCH_VERBOSE") != ""
+	var (
+		msgs   []idem.Message
+		live   int64 // records the runs claimed
+		before retSize
+		runs   int
+	)
 	filled := true // by Prepare, for the first run
 	return Run{
 		Before: func(ctx context.Context, st Stream) error {
 			msgs = st.Messages("ret")
-			if !retire || filled {
-				return nil
+			if retire && !filled {
+				if partitioned {
+					if err := t.fill(ctx, rows); err != nil {
+						return err
+					}
+				} else if t.expired < int64(rows)/2 {
+					if err := t.topUp(ctx, int64(rows)-t.expired); err != nil {
+						return err
+					}
+				}
 			}
-			return fill(ctx)
+			if verbose {
+				var err error
+				if before, err = t.size(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 		Exec: func(ctx context.Context, st Stream) error {
 			filled = false
 			var (
-				wg      sync.WaitGroup
-				retErr  error
-				retired time.Duration
-				count   int64
+				wg     sync.WaitGroup
+				retErr error
+				took   time.Duration
+				res    retired
 			)
 			retCtx, stop := context.WithCancel(ctx)
 			defer stop()
 			if retire {
 				wg.Go(func() {
 					start := time.Now()
-					count, retErr = retireLoop(retCtx, store, partitioned)
-					retired = time.Since(start)
+					res, retErr = retireLoop(retCtx, store, partitioned)
+					took = time.Since(start)
 				})
 			}
 			err := eachBatch(ctx, s.Concurrency, len(msgs), BatchSize, func(ctx context.Context, _, lo, hi int) error {
@@ -162,18 +175,33 @@ FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
 			})
 			stop()
 			wg.Wait()
-			if retire && os.Getenv("IDEM_BENCH_VERBOSE") != "" {
-				unit := "rows"
-				if partitioned {
-					unit = "partitions"
-				}
-				fmt.Fprintf(os.Stderr, "%s: retention ran %v beside the claims and retired %d %s\n", s.Name, retired.Round(time.Millisecond), count, unit)
+			held := t.expired
+			rowsRetired := res.rows
+			for _, name := range res.dropped {
+				rowsRetired += t.filled[name]
+				delete(t.filled, name)
 			}
+			t.expired -= rowsRetired
+			runs++
+			if verbose {
+				after, serr := t.size(ctx)
+				what := "no retention"
+				if retire {
+					what = fmt.Sprintf("retention ran %v beside the claims and retired %d expired rows", took.Round(time.Millisecond), rowsRetired)
+					if partitioned {
+						what += fmt.Sprintf(" (%d partitions dropped)", len(res.dropped))
+					}
+				}
+				fmt.Fprintf(os.Stderr, "%s: run %d: the table held %d expired rows and %d live; %s; size before %s, after %s\n",
+					s.Name, runs, held, live, what, before, after)
+				err = errors.Join(err, serr)
+			}
+			live += int64(st.Distinct)
 			return errors.Join(err, retErr)
 		},
 		After: func(ctx context.Context, st Stream) error {
 			var n int
-			if err := p.pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE scope = 'ret' AND key = ANY($1)", st.Keys).Scan(&n); err != nil {
+			if err := p.pool.QueryRow(ctx, "SELECT count(*) FROM "+t.table()+" WHERE scope = 'ret' AND key = ANY($1)", st.Keys).Scan(&n); err != nil {
 				return err
 			}
 			if n != st.Distinct {
@@ -184,33 +212,220 @@ FROM generate_series(1, $2) g`, fmt.Sprintf("f%d-", fills), rows)
 	}, nil
 }
 
-// retireLoop runs the retention until ctx ends and returns how much it
+// retFillWorkers is how many connections write a bulk fill side by side.
+const retFillWorkers = 4
+
+// retTable is the idem_records of one row of GroupRetention.
+type retTable struct {
+	pool        *pgxpool.Pool
+	schema      string
+	partitioned bool
+	fills       int
+	expired     int64            // expired records the table holds
+	filled      map[string]int64 // partitioned: rows put in each partition
+}
+
+func (t *retTable) table() string { return pgx.Identifier{t.schema, "idem_records"}.Sanitize() }
+
+// expiredRows is the SELECT of fill number fill's records lo..hi of n:
+// created over the day before yesterday, completed at once, expired a day
+// later, so all of them before now.
+func expiredRows(fill, lo, hi, n int64, bucket string) string {
+	return fmt.Sprintf(`SELECT 'old', 'f%d-' || g, 'completed', sha256(int8send(g)), x.t, x.t, x.t + interval '1 day'%s
+FROM generate_series(%d, %d) g, LATERAL (SELECT now() - interval '2 days' + g * (interval '1 day' / %d)) AS x(t)`, fill, bucket, lo, hi, n)
+}
+
+const expiredCols = `scope, key, state, fingerprint, created_at, completed_at, expires_at`
+
+// insert writes n expired records into dst (a table without indexes, or
+// the plain table for a top-up) from retFillWorkers connections.
+func (t *retTable) insert(ctx context.Context, dst string, n int64, bucket string) error {
+	t.fills++
+	cols := expiredCols
+	if bucket != "" {
+		cols += ", bucket"
+		bucket = ", " + bucket
+	}
+	per := (n + retFillWorkers - 1) / retFillWorkers
+	stmts := make([]string, 0, retFillWorkers)
+	for lo := int64(1); lo <= n; lo += per {
+		stmts = append(stmts, `INSERT INTO `+dst+` (`+cols+`) `+expiredRows(int64(t.fills), lo, min(lo+per-1, n), n, bucket))
+	}
+	return t.parallel(ctx, stmts)
+}
+
+// parallel runs stmts side by side, each on a connection of its own with
+// room for an index build.
+func (t *retTable) parallel(ctx context.Context, stmts []string) error {
+	errs := make([]error, len(stmts))
+	var wg sync.WaitGroup
+	for i, stmt := range stmts {
+		wg.Go(func() {
+			errs[i] = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL maintenance_work_mem = '256MB'"); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, stmt)
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (t *retTable) exec(ctx context.Context, stmts ...string) error {
+	for _, stmt := range stmts {
+		if _, err := t.pool.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return nil
+}
+
+// fill adds n expired records: to the plain table while it is empty (its
+// indexes dropped and built again after, under the migration's names), or
+// as a new partition that the writes then leave.
+func (t *retTable) fill(ctx context.Context, n int) error {
+	tbl := t.table()
+	if !t.partitioned {
+		if t.expired > 0 || t.fills > 0 {
+			return t.topUp(ctx, int64(n))
+		}
+		if err := t.exec(ctx, `ALTER TABLE `+tbl+` DROP CONSTRAINT idem_records_pkey`,
+			`DROP INDEX `+pgx.Identifier{t.schema, "idem_records_expires_at_idx"}.Sanitize()); err != nil {
+			return err
+		}
+		if err := t.insert(ctx, tbl, int64(n), ""); err != nil {
+			return err
+		}
+		if err := t.parallel(ctx, []string{
+			`CREATE UNIQUE INDEX idem_records_pkey ON ` + tbl + ` (scope, key)`,
+			`CREATE INDEX idem_records_expires_at_idx ON ` + tbl + ` (expires_at)`,
+		}); err != nil {
+			return err
+		}
+		if err := t.exec(ctx, `ALTER TABLE `+tbl+` ADD CONSTRAINT idem_records_pkey PRIMARY KEY USING INDEX idem_records_pkey`,
+			`ANALYZE `+tbl); err != nil {
+			return err
+		}
+		t.expired += int64(n)
+		return nil
+	}
+	// The next partition, made here with its rows and indexes: the
+	// rotation attaches it (its CHECK spares the scan) and moves the
+	// writes to it; a second rotation leaves it with expired rows only.
+	var cur int64
+	if err := t.pool.QueryRow(ctx, `SELECT cur FROM `+pgx.Identifier{t.schema, "idem_record_buckets"}.Sanitize()).Scan(&cur); err != nil {
+		return err
+	}
+	next := cur + 1
+	name := fmt.Sprintf("idem_records_p%d", next)
+	part := pgx.Identifier{t.schema, name}.Sanitize()
+	check := pgx.Identifier{name + "_fill"}.Sanitize()
+	if err := t.exec(ctx, `CREATE TABLE `+part+` (LIKE `+tbl+` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+		fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s CHECK (bucket = %d)`, part, check, next)); err != nil {
+		return err
+	}
+	if err := t.insert(ctx, part, int64(n), strconv.FormatInt(next, 10)); err != nil {
+		return err
+	}
+	// The same indexes as the partitioned parent's, which the attach then
+	// takes as its own (partition.go: the primary key and two on expires_at).
+	// Named as the attach would name them.
+	if err := t.parallel(ctx, []string{
+		`CREATE UNIQUE INDEX ` + pgx.Identifier{name + "_pkey"}.Sanitize() + ` ON ` + part + ` (scope, key, bucket)`,
+		`CREATE INDEX ` + pgx.Identifier{name + "_expires_at_idx"}.Sanitize() + ` ON ` + part + ` (expires_at)`,
+		`CREATE INDEX ` + pgx.Identifier{name + "_expires_at_idx1"}.Sanitize() + ` ON ` + part + ` (expires_at) WHERE state = 'in_progress'`,
+	}); err != nil {
+		return err
+	}
+	if err := t.exec(ctx, `ALTER TABLE `+part+` ADD PRIMARY KEY USING INDEX `+pgx.Identifier{name + "_pkey"}.Sanitize(),
+		`ANALYZE `+part); err != nil {
+		return err
+	}
+	store, err := idempgx.New(t.pool, &idempgx.Config{Schema: t.schema, Partitioned: true})
+	if err != nil {
+		return err
+	}
+	for range 2 {
+		if _, err := store.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true}); err != nil {
+			return err
+		}
+	}
+	var attached bool
+	if err := t.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_inherits WHERE inhrelid = to_regclass($1))`, part).Scan(&attached); err != nil {
+		return err
+	}
+	if !attached {
+		return fmt.Errorf("%s was not attached by the rotation", name)
+	}
+	if err := t.exec(ctx, `ALTER TABLE `+part+` DROP CONSTRAINT `+check, `ANALYZE `+tbl); err != nil {
+		return err
+	}
+	t.filled[name] = int64(n)
+	t.expired += int64(n)
+	return nil
+}
+
+// topUp adds n expired records to the plain table, indexes and all.
+func (t *retTable) topUp(ctx context.Context, n int64) error {
+	if err := t.insert(ctx, t.table(), n, ""); err != nil {
+		return err
+	}
+	t.expired += n
+	return t.exec(ctx, `ANALYZE `+t.table())
+}
+
+// retSize is the size of a row's idem_records, all partitions together.
+type retSize struct{ heap, indexes int64 }
+
+func (s retSize) String() string {
+	return fmt.Sprintf("%s (heap %s + indexes %s)", mib(s.heap+s.indexes), mib(s.heap), mib(s.indexes))
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
+
+func (t *retTable) size(ctx context.Context) (retSize, error) {
+	var s retSize
+	err := t.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint, coalesce(sum(pg_indexes_size(relid)), 0)::bigint
+FROM pg_partition_tree(to_regclass($1)) WHERE isleaf`, t.table()).Scan(&s.heap, &s.indexes)
+	return s, err
+}
+
+// retired is what retireLoop retired: rows deleted by Purge, partitions
+// dropped by Maintain.
+type retired struct {
+	rows    int64
+	dropped []string
+}
+
+// retireLoop runs the retention until ctx ends and returns what it
 // retired: Purge on the plain table (DELETE batches of 1,000 until none is
-// left, again every 100 ms), rows; Maintain on the partitioned layout
-// (which drops the partition of expired rows that fill left), every
-// 100 ms, partitions.
-func retireLoop(ctx context.Context, store *idempgx.Store, partitioned bool) (int64, error) {
-	var retired int64
+// left, again every 100 ms); Maintain on the partitioned layout (which
+// drops the partition of expired rows that fill left), every 100 ms.
+func retireLoop(ctx context.Context, store *idempgx.Store, partitioned bool) (retired, error) {
+	var r retired
 	for {
 		var err error
 		if partitioned {
 			var rep idempgx.MaintainReport
 			rep, err = store.Maintain(ctx, nil)
-			retired += int64(len(rep.Dropped))
+			r.dropped = append(r.dropped, rep.Dropped...)
 		} else {
 			var n int64
 			n, err = store.Purge(ctx, 0)
-			retired += n
+			r.rows += n
 		}
 		if ctx.Err() != nil {
-			return retired, nil // stopped with the run, possibly mid-statement
+			return r, nil // stopped with the run, possibly mid-statement
 		}
 		if err != nil {
-			return retired, err
+			return r, err
 		}
 		select {
 		case <-ctx.Done():
-			return retired, nil
+			return r, nil
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
