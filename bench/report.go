@@ -29,6 +29,8 @@ type Report struct {
 	Quick   bool
 	Machine Machine
 	Results []Result
+	// ColdStart is the README main job's cold build (nil: not measured).
+	ColdStart *ColdStart
 }
 
 // find returns the result of group with role at (c, d), or nil.
@@ -199,6 +201,9 @@ func (r *Report) WriteMarkdown(w io.Writer, charts map[string]string) error {
 		fmt.Fprintf(&b, "| %s | %s | ≥ %s | %s | %s |\n", h.What, val, goal, mark, h.Where)
 	}
 	b.WriteString("\n")
+	if r.ColdStart != nil {
+		r.ColdStart.markdown(&b)
+	}
 
 	for _, g := range Groups {
 		var rows []Result

@@ -40,6 +40,9 @@ type Config struct {
 	Progress io.Writer
 	// Filter, if set, keeps only the scenarios it returns true for.
 	Filter func(*Scenario) bool
+	// NoColdStart skips the cold build of the README's main job (about
+	// 1½ minutes on 2 cores); Quick skips it too.
+	NoColdStart bool
 }
 
 // Generate runs the scenarios and writes the report and charts. A
@@ -69,6 +72,12 @@ func Generate(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep := &Report{Date: time.Now(), Command: cfg.Command, Runs: runs, Quick: cfg.Quick, Machine: machine(ctx, cfg)}
+	if !cfg.Quick && !cfg.NoColdStart {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "cold start: go build %s with an empty GOCACHE…\n", ColdStartPackage)
+		}
+		rep.ColdStart = measureColdStart(ctx)
+	}
 	results, runErr := Measure(ctx, env, scenarios, &Options{Runs: runs, Progress: cfg.Progress})
 	rep.Results = results
 
@@ -126,11 +135,8 @@ func machine(ctx context.Context, cfg Config) Machine {
 			_ = c.Close()
 		}
 	}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		f := strings.Fields(string(b))
-		if len(f) >= 3 {
-			m.Load = fmt.Sprintf("load average at start %s %s %s", f[0], f[1], f[2])
-		}
+	if l := loadAverage(); l != "" {
+		m.Load = "load average at start " + l
 	}
 	if cfg.LoadNote != "" {
 		m.Load = strings.TrimPrefix(m.Load+"; "+cfg.LoadNote, "; ")

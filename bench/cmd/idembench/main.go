@@ -8,7 +8,9 @@
 // Flags: --quick (every scenario once at a small size), --runs N (default
 // 5), --out, --charts, --postgres (default $IDEM_POSTGRES_URL), --redis
 // (default $IDEM_REDIS_URL), --mysql (default $IDEM_MYSQL_URL), --only (substring filter on group or name),
-// --load-note (recorded in the report), --cpuprofile FILE.
+// --load-note (recorded in the report), --no-cold-start (skip the cold build
+// of ./cmd/idem with an empty build cache, about 1½ minutes; --quick skips
+// it too), --cpuprofile FILE.
 package main
 
 import (
@@ -40,6 +42,7 @@ func run() error {
 	flag.StringVar(&cfg.RedisURL, "redis", os.Getenv("IDEM_REDIS_URL"), "Redis URL")
 	flag.StringVar(&cfg.MySQLURL, "mysql", os.Getenv("IDEM_MYSQL_URL"), "MySQL / MariaDB URL (mysql://…) or driver DSN")
 	flag.StringVar(&cfg.LoadNote, "load-note", "", "note on other load on the machine, recorded in the report")
+	flag.BoolVar(&cfg.NoColdStart, "no-cold-start", false, "skip timing the cold build of ./cmd/idem with an empty build cache")
 	only := flag.String("only", "", "run only scenarios whose group or name contains this")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
@@ -74,6 +77,10 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "wrote %s\n", cfg.Out)
 		for _, h := range rep.Headlines() {
 			fmt.Fprintf(os.Stderr, "  %-48s %8.2f (target %.2f)\n", h.What, h.Value, h.Target)
+		}
+		if c := rep.ColdStart; c != nil && c.Err == nil {
+			fmt.Fprintf(os.Stderr, "  cold build of %s: %.1f s wall, %.0f CPU-s (target < %.0f s wall)\n",
+				c.Package, c.Wall.Seconds(), c.CPU().Seconds(), bench.ColdStartTarget.Seconds())
 		}
 	}
 	return err
