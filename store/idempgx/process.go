@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/idem-go/idem"
@@ -41,7 +42,7 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 		return "", fmt.Errorf("%w: nil handler", idem.ErrInvalidConfig)
 	}
 	var res idem.Outcome
-	err := s.inTx(ctx, "process "+fmt.Sprintf("%q", msg.Key), func(tx pgx.Tx) (bool, error) {
+	err := s.inTxKey(ctx, "process", msg.Key, func(tx pgx.Tx) (bool, error) {
 		var err error
 		res, err = s.ProcessTx(ctx, tx, msg)
 		if err != nil || res != idem.Processed {
@@ -418,10 +419,22 @@ func (s *Store) lookupBatch(ctx context.Context, tx pgx.Tx, scopes, keys []strin
 // inTx runs fn in a transaction from the pool and commits if fn asks to.
 // A commit that fails without a server answer may or may not have
 // committed: see commitError.
-func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit bool, err error)) (err error) {
+func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit bool, err error)) error {
+	return s.inTxKey(ctx, op, "", fn)
+}
+
+// inTxKey is inTx for an operation on one key, which its errors name
+// (built only for an error, not on every call).
+func (s *Store) inTxKey(ctx context.Context, op, key string, fn func(tx pgx.Tx) (commit bool, err error)) (err error) {
+	name := func() string {
+		if key == "" {
+			return op
+		}
+		return op + " " + strconv.Quote(key)
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return s.wrap(op+": begin", err)
+		return s.wrap(name()+": begin", err)
 	}
 	committed := false
 	defer func() {
@@ -434,7 +447,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit 
 		rbErr := tx.Rollback(rbCtx)
 		cancel()
 		if err == nil && rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
-			err = s.wrap(op+": rollback", rbErr)
+			err = s.wrap(name()+": rollback", rbErr)
 		}
 	}()
 	commit, err := fn(tx)
@@ -443,7 +456,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit 
 	}
 	committed = true
 	if err := tx.Commit(ctx); err != nil {
-		return s.commitError(op, err)
+		return s.commitError(name(), err)
 	}
 	return nil
 }
