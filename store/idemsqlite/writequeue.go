@@ -48,6 +48,14 @@ func (q *writeQueue) lock(ctx context.Context, holder bool) error {
 	return context.Cause(ctx)
 }
 
+// idle reports that nobody holds the lock (and so nobody waits for it).
+// It is a hint: the answer may be stale by the time the caller acts on it.
+func (q *writeQueue) idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.held
+}
+
 // unlock hands the lock to the first waiting holder, else to the first
 // other waiter, else frees it.
 func (q *writeQueue) unlock() {
