@@ -118,11 +118,11 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 	if err != nil {
 		return Run{}, err
 	}
-	t := &retTable{pool: p.pool, schema: schema, partitioned: partitioned, filled: map[string]int64{}}
+	verbose := os.Getenv("IDEM_BENCH_VERBOSE") != ""
+	t := &retTable{pool: p.pool, schema: schema, partitioned: partitioned, filled: map[string]int64{}, verbose: verbose}
 	if err := t.fill(ctx, rows); err != nil {
 		return Run{}, fmt.Errorf("fill: %w", err)
 	}
-	verbose := os.Getenv("IDEM_BENCH_VERBOSE") != ""
 	var (
 		msgs   []idem.Message
 		live   int64 // records the runs claimed
@@ -223,6 +223,7 @@ type retTable struct {
 	fills       int
 	expired     int64            // expired records the table holds
 	filled      map[string]int64 // partitioned: rows put in each partition
+	verbose     bool             // print each fill's time
 }
 
 func (t *retTable) table() string { return pgx.Identifier{t.schema, "idem_records"}.Sanitize() }
@@ -287,6 +288,16 @@ func (t *retTable) exec(ctx context.Context, stmts ...string) error {
 // indexes dropped and built again after, under the migration's names), or
 // as a new partition that the writes then leave.
 func (t *retTable) fill(ctx context.Context, n int) error {
+	start := time.Now()
+	err := t.fillRows(ctx, n)
+	if err == nil && t.verbose {
+		took := time.Since(start)
+		fmt.Fprintf(os.Stderr, "%s: filled %d expired rows in %v (%.0f rows/s, indexes included)\n", t.schema, n, took.Round(time.Millisecond), float64(n)/took.Seconds())
+	}
+	return err
+}
+
+func (t *retTable) fillRows(ctx context.Context, n int) error {
 	tbl := t.table()
 	if !t.partitioned {
 		if t.expired > 0 || t.fills > 0 {
