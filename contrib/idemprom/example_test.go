@@ -2,8 +2,10 @@ package idemprom_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +18,8 @@ import (
 	"github.com/idem-go/idem/contrib/idemprom"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/outbox/outboxtest"
 )
 
 // Count idempotent HTTP requests by outcome: a first request, its retry
@@ -128,4 +132,52 @@ func ExampleNew_duplicate() {
 	fmt.Println(err != nil)
 	// Output:
 	// true
+}
+
+// Count an outbox relay's events by outcome, with the topics you alert on
+// as a label: the broker confirms one event and refuses another for good,
+// which goes to the dead state. The relay is named with For.
+func ExampleMetrics_outbox() {
+	reg := prometheus.NewRegistry()
+	m, err := idemprom.New(reg, &idemprom.Options{OutboxTopics: []string{"orders.created"}})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	// The in-memory outbox stands for a SQL store's (idempgx's
+	// Store.Outbox()), and the publisher for a broker's.
+	ob := outboxtest.NewMemory()
+	err = ob.InTx(ctx, func(ctx context.Context, tx *outboxtest.MemoryTx) error {
+		return ob.Write(ctx, tx,
+			outbox.Event{ID: "order-created-1001", Topic: "orders.created", Payload: []byte(`{"order":"1001"}`)},
+			outbox.Event{ID: "order-created-1002", Topic: "orders.created", Payload: []byte(`{"order":"1002"}`)})
+	})
+	if err != nil {
+		panic(err)
+	}
+	pub := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
+		errs := make([]error, len(msgs))
+		errs[1] = outbox.PermanentError(errors.New("message too large"))
+		return errs
+	})
+	relay, err := outbox.NewRelay(ob, pub, &outbox.Config{Hooks: []idem.Hook{m.For("orders")},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := relay.RunOnce(ctx); err != nil { // Run(ctx) in a service
+		panic(err)
+	}
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP idem_outbox_dead_letters_total Outbox events moved to the dead state, by relay name and reason. Normally zero.
+# TYPE idem_outbox_dead_letters_total counter
+idem_outbox_dead_letters_total{reason="max_attempts",relay="orders",topic="orders.created"} 0
+idem_outbox_dead_letters_total{reason="permanent",relay="orders",topic="orders.created"} 1
+`), "idem_outbox_dead_letters_total")
+	fmt.Println(err)
+	sent, _ := testutil.GatherAndCount(reg, "idem_outbox_lag_seconds")
+	fmt.Println("lag series:", sent)
+	// Output:
+	// <nil>
+	// lag series: 1
 }

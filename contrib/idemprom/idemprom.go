@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/shared/hooklabel"
 )
 
@@ -27,8 +29,25 @@ const DefaultMaxLabelValues = 100
 // the [Options.MaxLabelValues] bound.
 const Other = hooklabel.Other
 
-// defaultGuard labels the Guard calls of Metrics not made by For.
-const defaultGuard = "default"
+// defaultName labels the Guard calls and the relay events of Metrics not
+// made by For.
+const defaultName = "default"
+
+// DefaultLagBuckets are the buckets, in seconds, of the outbox lag
+// histogram unless [Options.LagBuckets] says otherwise: 10ms to an hour,
+// since an event that waits for a retry or for a relay that is down is
+// late by minutes, which the request-duration buckets would all put in
+// +Inf.
+var DefaultLagBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// outboxOutcomes are the outcomes an outbox.Relay reports (see
+// outbox.Result), whose series are created at zero for each relay.
+var outboxOutcomes = [...]idem.Outcome{
+	idem.Processed, idem.Retried, idem.DeadLettered, idem.LeaseLost, idem.NotRecorded, idem.Released, idem.Panicked,
+}
+
+// outboxDeadReasons are the reasons an outbox event goes to the dead state.
+var outboxDeadReasons = [...]idem.DeadReason{idem.DeadMaxAttempts, idem.DeadPermanent}
 
 // Options configures [New]. A nil *Options means the defaults.
 type Options struct {
@@ -55,6 +74,22 @@ type Options struct {
 	// letter even when it is the consumer's first delivery since start.
 	// Consumers not listed get their zero series on their first delivery.
 	Consumers []string
+	// Relays are relay names (as given to [Metrics.For]; "default" for
+	// Metrics not made by For) whose outbox counters are created at zero by
+	// New, so that an alert on increase() sees a relay's first dead event
+	// after a restart. Relays not listed get their zero series on their
+	// first published batch.
+	Relays []string
+	// OutboxTopics adds a topic label to the outbox event, dead-letter and
+	// lag metrics: the topics listed here are labelled as themselves, any
+	// other as [Other]. Without it (the default) there is no topic label.
+	// Topics are listed rather than collected because a topic can be built
+	// from data (a tenant, a queue URL per customer); list the bounded set
+	// you alert on.
+	OutboxTopics []string
+	// LagBuckets are the buckets, in seconds, of the outbox lag histogram.
+	// Default [DefaultLagBuckets].
+	LagBuckets []float64
 }
 
 // Metrics holds the Prometheus collectors for idem's hooks, and is a hook
@@ -63,6 +98,9 @@ type Options struct {
 type Metrics struct {
 	route bool
 	guard string // the guard label of Guard calls (For)
+	relay string // the relay name of relay events (For), not yet bounded
+	// topics are the topics of Options.OutboxTopics; nil: no topic label.
+	topics map[string]bool
 
 	deliveries   *prometheus.CounterVec
 	handle       *prometheus.HistogramVec
@@ -76,8 +114,12 @@ type Metrics struct {
 	guardCalls   *prometheus.CounterVec
 	guardSeconds *prometheus.HistogramVec
 	heartbeat    *prometheus.HistogramVec
+	outboxEvents *prometheus.CounterVec
+	outboxSecs   *prometheus.HistogramVec
+	outboxLag    *prometheus.HistogramVec
+	outboxDead   *prometheus.CounterVec
 
-	consumers, types, routes, guards *hooklabel.Set
+	consumers, types, routes, guards, relays *hooklabel.Set
 }
 
 // New creates the collectors and registers them with reg. It fails, and
@@ -108,6 +150,9 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	if o.MaxLabelValues == 0 {
 		o.MaxLabelValues = DefaultMaxLabelValues
 	}
+	if len(o.LagBuckets) == 0 {
+		o.LagBuckets = DefaultLagBuckets
+	}
 	httpLabels := []string{"outcome", "status_class"}
 	httpTimeLabels := []string{"outcome"}
 	if o.HTTPRoute {
@@ -119,15 +164,30 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			Namespace: o.Namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: o.ConstLabels,
 		}, labels)
 	}
-	histogram := func(sub, name, help string, labels ...string) *prometheus.HistogramVec {
+	histogramIn := func(buckets []float64, sub, name, help string, labels ...string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: o.Namespace, Subsystem: sub, Name: name, Help: help, ConstLabels: o.ConstLabels,
-			Buckets: o.Buckets,
+			Buckets: buckets,
 		}, labels)
 	}
+	histogram := func(sub, name, help string, labels ...string) *prometheus.HistogramVec {
+		return histogramIn(o.Buckets, sub, name, help, labels...)
+	}
+	// The outbox metrics carry a topic label only for listed topics.
+	eventLabels, lagLabels, deadLabels := []string{"relay", "outcome"}, []string{"relay"}, []string{"relay", "reason"}
+	var topics map[string]bool
+	if len(o.OutboxTopics) > 0 {
+		topics = make(map[string]bool, len(o.OutboxTopics))
+		for _, tp := range o.OutboxTopics {
+			topics[tp] = true
+		}
+		eventLabels, lagLabels, deadLabels = append(eventLabels, "topic"), append(lagLabels, "topic"), append(deadLabels, "topic")
+	}
 	m := &Metrics{
-		route: o.HTTPRoute,
-		guard: defaultGuard,
+		route:  o.HTTPRoute,
+		guard:  defaultName,
+		relay:  defaultName,
+		topics: topics,
 		deliveries: counter("consumer", "deliveries_total",
 			"Deliveries handled by a consume.Engine, by outcome.", "consumer", "outcome"),
 		handle: histogram("consumer", "handle_seconds",
@@ -152,15 +212,25 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"Time an idem.Guard.Do call took, by guard name and outcome.", "guard", "outcome"),
 		heartbeat: histogram("guard", "heartbeat_max_seconds",
 			"The slowest lease heartbeat of each execution that sent one, by guard name. A value near a third of the lease puts the lease at risk.", "guard"),
+		outboxEvents: counter("outbox", "events_total",
+			"Outbox events an outbox.Relay published or tried to, by relay name and outcome.", eventLabels...),
+		outboxSecs: histogram("outbox", "publish_seconds",
+			"Time an outbox.Relay spent on each event's batch, from the claim to the recorded outcome, by relay name and outcome. One observation per event.", "relay", "outcome"),
+		outboxLag: histogramIn(o.LagBuckets, "outbox", "lag_seconds",
+			"Time from an outbox event's creation (the store's clock) to the relay marking it sent, by relay name. One observation per event sent.", lagLabels...),
+		outboxDead: counter("outbox", "dead_letters_total",
+			"Outbox events moved to the dead state, by relay name and reason. Normally zero.", deadLabels...),
 		consumers: hooklabel.NewSet(o.MaxLabelValues),
 		types:     hooklabel.NewSet(o.MaxLabelValues),
 		routes:    hooklabel.NewSet(o.MaxLabelValues),
 		guards:    hooklabel.NewSet(o.MaxLabelValues),
+		relays:    hooklabel.NewSet(o.MaxLabelValues),
 	}
 	collectors := []prometheus.Collector{
 		m.deliveries, m.handle, m.deadLetters, m.infraRetries,
 		m.inboxRuns, m.inboxSeconds, m.inboxDead, m.httpRequests, m.httpSeconds,
 		m.guardCalls, m.guardSeconds, m.heartbeat,
+		m.outboxEvents, m.outboxSecs, m.outboxLag, m.outboxDead,
 	}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -176,6 +246,9 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	}
 	for _, name := range o.Consumers {
 		m.consumerLabel(name)
+	}
+	for _, name := range o.Relays {
+		m.relayLabel(name)
 	}
 	return m, nil
 }
@@ -206,6 +279,43 @@ func (m *Metrics) consumerLabel(name string) string {
 	return label
 }
 
+// relayLabel returns the bounded label for a relay name and, the first
+// time it is seen, creates its event and dead-letter series at zero, for
+// each listed topic when there is a topic label.
+func (m *Metrics) relayLabel(name string) string {
+	label, first := m.relays.Label(name)
+	if first {
+		topics := []string{""}
+		if m.topics != nil {
+			topics = topics[:0]
+			for tp := range m.topics {
+				topics = append(topics, tp)
+			}
+		}
+		for _, tp := range topics {
+			for _, o := range outboxOutcomes {
+				m.outboxEvents.WithLabelValues(m.withTopic(tp, label, o.String())...)
+			}
+			for _, r := range outboxDeadReasons {
+				m.outboxDead.WithLabelValues(m.withTopic(tp, label, string(r))...)
+			}
+		}
+	}
+	return label
+}
+
+// withTopic appends the topic label to values when the outbox metrics
+// have one: topic itself if listed in Options.OutboxTopics, else [Other].
+func (m *Metrics) withTopic(topic string, values ...string) []string {
+	if m.topics == nil {
+		return values
+	}
+	if !m.topics[topic] {
+		topic = Other
+	}
+	return append(values, topic)
+}
+
 // The hooks. Metrics implements only the end hooks: counting and timing
 // need nothing at the start, and a start hook that returns its context
 // unchanged would still make every component set one up.
@@ -214,18 +324,21 @@ var (
 	_ consume.DeliveryEndHook = (*Metrics)(nil)
 	_ inbox.RunEndHook        = (*Metrics)(nil)
 	_ idemhttp.RequestEndHook = (*Metrics)(nil)
+	_ outbox.PublishEndHook   = (*Metrics)(nil)
 )
 
 // For returns Metrics that share m's collectors and label Guard calls
-// guard=name (bounded by [Options.MaxLabelValues]). Give each Guard (and
-// each idemhttp middleware, whose Guard reports through its hooks) a name
-// of its own: Hooks: []idem.Hook{m.For("payments-gateway")}. Metrics not
-// made by For label them guard="default". The name labels nothing else:
-// consumers carry their own name, and the HTTP and inbox metrics have no
-// component label.
+// guard=name and outbox relay events relay=name (each bounded by
+// [Options.MaxLabelValues]). Give each Guard (and each idemhttp
+// middleware, whose Guard reports through its hooks) and each
+// outbox.Relay a name of its own: Hooks: []idem.Hook{m.For("payments-gateway")}.
+// Metrics not made by For label them guard="default" and relay="default".
+// The name labels nothing else: consumers carry their own name, and the
+// HTTP and inbox metrics have no component label.
 func (m *Metrics) For(name string) *Metrics {
 	c := *m
 	c.guard, _ = m.guards.Label(name)
+	c.relay = name
 	return &c
 }
 
@@ -293,5 +406,37 @@ func (m *Metrics) OnDoEnd(_ context.Context, ev idem.DoEvent) {
 	m.guardSeconds.WithLabelValues(m.guard, outcome).Observe(ev.Duration.Seconds())
 	if ev.Heartbeats > 0 {
 		m.heartbeat.WithLabelValues(m.guard).Observe(ev.SlowestHeartbeat.Seconds())
+	}
+}
+
+// OnPublishEnd implements outbox.PublishEndHook: one outbox event by relay
+// name (see [Metrics.For]) and outcome, the time its batch took, its
+// dead-letter reason, and, when it was sent, its lag: the time from its
+// creation to now, when the relay has marked it sent. The event id, key
+// and payload are never labels, and the topic only with
+// [Options.OutboxTopics].
+//
+// The lag subtracts the event's CreatedAt, which the store sets (on
+// PostgreSQL and MySQL the database's clock, on PostgreSQL the start of
+// the producer's transaction), from this process's clock; a negative
+// difference (clock skew) counts as zero, and an event without a creation
+// time is not observed. Events that are not sent (retried, dead, lease
+// lost, not recorded, released) are not observed either: an event
+// published again after a failure is observed once, when it is sent.
+func (m *Metrics) OnPublishEnd(_ context.Context, r outbox.Result) {
+	relay := m.relayLabel(m.relay)
+	outcome := hooklabel.Outcome(r.Outcome)
+	m.outboxEvents.WithLabelValues(m.withTopic(r.Message.Topic, relay, outcome)...).Inc()
+	if r.Duration > 0 {
+		m.outboxSecs.WithLabelValues(relay, outcome).Observe(r.Duration.Seconds())
+	}
+	switch r.Outcome {
+	case idem.Processed:
+		if !r.Message.CreatedAt.IsZero() {
+			lag := max(time.Since(r.Message.CreatedAt), 0)
+			m.outboxLag.WithLabelValues(m.withTopic(r.Message.Topic, relay)...).Observe(lag.Seconds())
+		}
+	case idem.DeadLettered:
+		m.outboxDead.WithLabelValues(m.withTopic(r.Message.Topic, relay, hooklabel.DeadReason(r.DeadReason))...).Inc()
 	}
 }

@@ -1,0 +1,286 @@
+package idemprom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/outbox/outboxdriver"
+	"github.com/idem-go/idem/outbox/outboxtest"
+	"github.com/idem-go/idem/retry"
+	"github.com/idem-go/idem/shared/hooktest"
+)
+
+// relayDriver is the in-memory outbox with faults in MarkSent: lose makes
+// it mark nothing (another relay took the batch over), markErr makes the
+// statement fail.
+type relayDriver struct {
+	*outboxtest.Memory
+	mu      sync.Mutex
+	lose    bool
+	markErr error
+}
+
+func (d *relayDriver) set(lose bool, markErr error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lose, d.markErr = lose, markErr
+}
+
+func (d *relayDriver) MarkSent(ctx context.Context, ls []outboxdriver.Lease) ([]int64, error) {
+	d.mu.Lock()
+	lose, markErr := d.lose, d.markErr
+	d.mu.Unlock()
+	if markErr != nil {
+		return nil, markErr
+	}
+	if lose {
+		return nil, nil
+	}
+	return d.Memory.MarkSent(ctx, ls)
+}
+
+// relayScenario runs a real outbox.Relay with hooks over the in-memory
+// outbox, one RunOnce per batch, so that every outcome the relay reports
+// occurs: processed (2, topic "orders"), retried (1), dead_lettered
+// (permanent, 1), lease_lost (1), not_recorded (1) and released (1, a hard
+// stop during the publish). Ids and keys contain "secret"; the topics are
+// "orders" and, for the events that are not processed, "secret-topic".
+func relayScenario(t *testing.T, hooks ...idem.Hook) {
+	t.Helper()
+	ctx := t.Context()
+	d := &relayDriver{Memory: outboxtest.NewMemory()}
+	var cancelRun context.CancelFunc
+	pub := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			switch {
+			case strings.HasPrefix(m.ID, "retry"):
+				errs[i] = errors.New("broker unavailable")
+			case strings.HasPrefix(m.ID, "perm"):
+				errs[i] = outbox.PermanentError(errors.New("message too large"))
+			case strings.HasPrefix(m.ID, "rel"):
+				cancelRun()
+				errs[i] = context.Canceled
+			}
+		}
+		return errs
+	})
+	r, err := outbox.NewRelay(d, pub, &outbox.Config{
+		Workers: 1, PurgeInterval: -1, Logger: hooktest.Quiet, Hooks: hooks,
+		// Failed events are not due again during the test.
+		Retry: &retry.Policy{Base: time.Hour, Cap: time.Hour, Jitter: retry.NoJitter, MaxAttempts: 10},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func(runCtx context.Context, evs ...outbox.Event) {
+		t.Helper()
+		if err := d.InTx(ctx, func(ctx context.Context, tx *outboxtest.MemoryTx) error {
+			return d.Write(ctx, tx, evs...)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := r.RunOnce(runCtx)
+		if err != nil || n != len(evs) {
+			t.Fatalf("RunOnce = %d, %v; want %d", n, err, len(evs))
+		}
+	}
+	ev := func(id, topic string) outbox.Event {
+		return outbox.Event{ID: id, Topic: topic, Key: "secret-key-" + id, Payload: []byte("secret-payload")}
+	}
+	batch(ctx, ev("ok-secret-1", "orders"), ev("ok-secret-2", "orders"), ev("retry-secret-1", "secret-topic"), ev("perm-secret-1", "secret-topic"))
+	d.set(true, nil)
+	batch(ctx, ev("lost-secret-1", "secret-topic"))
+	d.set(false, errors.New("connection reset"))
+	batch(ctx, ev("nr-secret-1", "secret-topic"))
+	d.set(false, nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cancelRun = cancel
+	batch(runCtx, ev("rel-secret-1", "secret-topic"))
+}
+
+func TestOutboxHookWithRealRelay(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, nil)
+	relayScenario(t, m)
+	hooktest.WantCounts(t, series(t, reg), map[string]float64{
+		"idem_outbox_events_total{outcome=processed,relay=default}":     2,
+		"idem_outbox_events_total{outcome=retried,relay=default}":       1,
+		"idem_outbox_events_total{outcome=dead_lettered,relay=default}": 1,
+		"idem_outbox_events_total{outcome=lease_lost,relay=default}":    1,
+		"idem_outbox_events_total{outcome=not_recorded,relay=default}":  1,
+		"idem_outbox_events_total{outcome=released,relay=default}":      1,
+		"idem_outbox_events_total{outcome=panicked,relay=default}":      0,
+		"idem_outbox_publish_seconds{outcome=processed,relay=default}":  2,
+		"idem_outbox_publish_seconds{outcome=retried,relay=default}":    1,
+		"idem_outbox_publish_seconds{outcome=released,relay=default}":   1,
+		// Only sent events have a lag.
+		"idem_outbox_lag_seconds{relay=default}":                            2,
+		"idem_outbox_dead_letters_total{reason=permanent,relay=default}":    1,
+		"idem_outbox_dead_letters_total{reason=max_attempts,relay=default}": 0,
+	})
+	noLeaks(t, reg, "secret")
+}
+
+// With OutboxTopics, the listed topics label the events, the dead letters
+// and the lag, and any other topic is "other"; For names the relay.
+func TestOutboxTopicsAndRelayName(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, &Options{OutboxTopics: []string{"orders", "payments"}})
+	relayScenario(t, m.For("orders-relay"))
+	got := series(t, reg)
+	hooktest.WantCounts(t, got, map[string]float64{
+		"idem_outbox_events_total{outcome=processed,relay=orders-relay,topic=orders}":       2,
+		"idem_outbox_events_total{outcome=retried,relay=orders-relay,topic=other}":          1,
+		"idem_outbox_events_total{outcome=dead_lettered,relay=orders-relay,topic=payments}": 0,
+		"idem_outbox_lag_seconds{relay=orders-relay,topic=orders}":                          2,
+		"idem_outbox_dead_letters_total{reason=permanent,relay=orders-relay,topic=other}":   1,
+		"idem_outbox_dead_letters_total{reason=permanent,relay=orders-relay,topic=orders}":  0,
+		// The time of a batch has no topic.
+		"idem_outbox_publish_seconds{outcome=processed,relay=orders-relay}": 2,
+	})
+	for k := range got {
+		if strings.Contains(k, "relay=default") {
+			t.Errorf("%s: the relay has a name", k)
+		}
+	}
+	noLeaks(t, reg, "secret")
+}
+
+// The relays of Options.Relays have their event and dead-letter series at
+// zero before their first batch.
+func TestRelaysAreCreatedAtZero(t *testing.T) {
+	t.Parallel()
+	_, reg := newMetrics(t, &Options{Relays: []string{"orders-relay", "default"}})
+	hooktest.WantCounts(t, series(t, reg), map[string]float64{
+		"idem_outbox_events_total{outcome=dead_lettered,relay=orders-relay}":     0,
+		"idem_outbox_events_total{outcome=processed,relay=default}":              0,
+		"idem_outbox_dead_letters_total{reason=max_attempts,relay=orders-relay}": 0,
+	})
+}
+
+func TestMaxLabelValuesBoundsRelays(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, &Options{MaxLabelValues: 1})
+	for _, name := range []string{"a", "b", "c"} {
+		m.For(name).OnPublishEnd(context.Background(), outbox.Result{Outcome: idem.Processed})
+	}
+	hooktest.WantCounts(t, series(t, reg), map[string]float64{
+		"idem_outbox_events_total{outcome=processed,relay=a}":     1,
+		"idem_outbox_events_total{outcome=processed,relay=other}": 2,
+	})
+}
+
+// histogramSum returns the sample sum of a histogram series, by the key
+// series() uses.
+func histogramSum(t *testing.T, reg prometheus.Gatherer, key string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, lp.GetName()+"="+lp.GetValue())
+			}
+			if mf.GetName()+"{"+strings.Join(labels, ",")+"}" == key {
+				return m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	t.Fatalf("no histogram %s", key)
+	return 0
+}
+
+// The lag is the time from the event's creation to the end hook; a
+// creation time in the future (clock skew) counts as zero, and an event
+// without one is not observed.
+func TestOutboxLag(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, nil)
+	ctx := context.Background()
+	send := func(created time.Time) {
+		m.OnPublishEnd(ctx, outbox.Result{Message: outbox.Message{ID: "a", Topic: "t", Attempt: 1, CreatedAt: created},
+			Outcome: idem.Processed, Duration: 3 * time.Millisecond})
+	}
+	before := time.Now()
+	send(before.Add(-90 * time.Second))
+	send(time.Now().Add(time.Hour))
+	send(time.Time{})
+	elapsed := time.Since(before).Seconds()
+	hooktest.WantCounts(t, series(t, reg), map[string]float64{"idem_outbox_lag_seconds{relay=default}": 2})
+	sum := histogramSum(t, reg, "idem_outbox_lag_seconds{relay=default}")
+	if sum < 90 || sum > 90+elapsed {
+		t.Errorf("lag sum %v, want 90s (+ %vs)", sum, elapsed)
+	}
+	if got := histogramSum(t, reg, "idem_outbox_publish_seconds{outcome=processed,relay=default}"); math.Abs(got-3*0.003) > 1e-9 {
+		t.Errorf("publish seconds sum %v, want the reported durations", got)
+	}
+}
+
+// A Relay with several loops reports from several goroutines.
+func TestOutboxConcurrentRelay(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t, nil)
+	ob := outboxtest.NewMemory()
+	const events = 300
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	pub := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, msg := range msgs {
+			seen[msg.ID] = true
+		}
+		if len(seen) == events {
+			select {
+			case <-done:
+			default:
+				close(done)
+			}
+		}
+		return nil
+	})
+	r, err := outbox.NewRelay(ob, pub, &outbox.Config{Workers: 3, BatchSize: 7, PollInterval: time.Millisecond,
+		PurgeInterval: -1, Logger: hooktest.Quiet, Hooks: []idem.Hook{m, m.For("second")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		if err := ob.InTx(t.Context(), func(ctx context.Context, tx *outboxtest.MemoryTx) error {
+			return ob.Write(ctx, tx, outbox.Event{ID: fmt.Sprintf("e-%d", i), Topic: "t"})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not publish every event")
+	}
+	if err := r.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	hooktest.WantCounts(t, series(t, reg), map[string]float64{
+		"idem_outbox_events_total{outcome=processed,relay=default}": events,
+		"idem_outbox_events_total{outcome=processed,relay=second}":  events,
+		"idem_outbox_lag_seconds{relay=default}":                    events,
+	})
+}
