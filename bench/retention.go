@@ -399,8 +399,12 @@ func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
 
 func (t *retTable) size(ctx context.Context) (retSize, error) {
 	var s retSize
-	err := t.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint, coalesce(sum(pg_indexes_size(relid)), 0)::bigint
-FROM pg_partition_tree(to_regclass($1)) WHERE isleaf`, t.table()).Scan(&s.heap, &s.indexes)
+	q := `SELECT pg_table_size(to_regclass($1)), pg_indexes_size(to_regclass($1))`
+	if t.partitioned {
+		q = `SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint, coalesce(sum(pg_indexes_size(relid)), 0)::bigint
+FROM pg_partition_tree(to_regclass($1)) WHERE isleaf`
+	}
+	err := t.pool.QueryRow(ctx, q, t.table()).Scan(&s.heap, &s.indexes)
 	return s, err
 }
 

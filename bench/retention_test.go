@@ -31,7 +31,7 @@ func TestRetentionFill(t *testing.T) {
 	}
 	// A reference schema, migrated and nothing else, for the plain indexes.
 	ref := p.schema + "_retref"
-	t.Cleanup(func() {
+	env.Cleanup(func() {
 		_, _ = p.pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{ref}.Sanitize()+" CASCADE")
 	})
 	m, err := idempgx.NewMigrator(p.pool, &idempgx.MigratorConfig{Schema: ref})
