@@ -573,9 +573,17 @@ func (s *Store) dropIfExpired(ctx context.Context, p PartitionInfo, timeout time
 		if isLockTimeout(err) {
 			return false, nil
 		}
-		return false, s.wrap("maintain: detach "+p.Name, err)
+		// undefined_table: another Maintain detached p (or dropped it)
+		// since the checks above; the drop below finishes its work, and
+		// leaves no detached table behind should that one have stopped
+		// before its drop.
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
+			return false, s.wrap("maintain: detach "+p.Name, err)
+		}
 	}
-	if _, err := conn.Exec(ctx, `DROP TABLE `+pt); err != nil {
+	// IF EXISTS: another Maintain may drop it too.
+	if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS `+pt); err != nil {
 		return false, s.wrap("maintain: drop "+p.Name, err)
 	}
 	return true, nil
