@@ -61,6 +61,14 @@
 // effect and the record commit together, or neither does. A concurrent
 // duplicate waits on the write lock, then sees the conflict and is reported
 // as [idem.Duplicate]; nothing is ever checked in Go and then inserted.
+// Concurrent Process calls share one transaction and one commit (group
+// commit, like the claims and lease holders' writes: one fsync for up to
+// 256 writes): each message runs inside a SAVEPOINT of its own, its
+// handler on the caller's goroutine with the caller's ctx, one message at
+// a time, so a failing or panicking handler rolls back only its message;
+// every call returns after the shared commit, and a failed commit fails
+// them all. The handler must leave tx open (no Commit or Rollback). A call
+// that finds no other write running or queued runs alone, as before.
 // [Store.ProcessTx] does the same inside a transaction you began.
 // [Store.ProcessBatch] and [Store.ProcessBatchTx] record a whole batch with
 // one statement over a JSON array parameter and hand the handler only the
