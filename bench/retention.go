@@ -154,6 +154,7 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 		},
 		Exec: func(ctx context.Context, st Stream) error {
 			filled = false
+			start := time.Now()
 			var (
 				wg     sync.WaitGroup
 				retErr error
@@ -175,6 +176,7 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 			})
 			stop()
 			wg.Wait()
+			rate := float64(len(st.Keys)) / time.Since(start).Seconds()
 			held := t.expired
 			rowsRetired := res.rows
 			for _, name := range res.dropped {
@@ -192,8 +194,8 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 						what += fmt.Sprintf(" (%d partitions dropped)", len(res.dropped))
 					}
 				}
-				fmt.Fprintf(os.Stderr, "%s: run %d: the table held %d expired rows and %d live; %s; size before %s, after %s\n",
-					s.Name, runs, held, live, what, before, after)
+				fmt.Fprintf(os.Stderr, "%s: run %d: %.0f claims/s; the table held %d expired rows and %d live; %s; size before %s, after %s\n",
+					s.Name, runs, rate, held, live, what, before, after)
 				err = errors.Join(err, serr)
 			}
 			live += int64(st.Distinct)
