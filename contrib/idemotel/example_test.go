@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,6 +23,8 @@ import (
 	"github.com/idem-go/idem/contrib/idemotel"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
+	"github.com/idem-go/idem/outbox"
+	"github.com/idem-go/idem/outbox/outboxtest"
 )
 
 // counts collects reader and returns the values of one counter by the
@@ -193,4 +196,73 @@ func ExampleTelemetry_For() {
 	// idem.guard parent: none
 	// idem.guard parent: none
 	// map[payments-gateway:2]
+}
+
+// An outbox relay's batch: one idem.outbox span per batch, the parent of
+// the publisher's spans, with one span event per event; the broker
+// confirms one event and refuses the other for good, which goes to the
+// dead state and makes the span an error.
+func ExampleTelemetry_outbox() {
+	reader, spans := sdkmetric.NewManualReader(), tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	tel, err := idemotel.New(&idemotel.Options{
+		MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		TracerProvider: tp,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	// The in-memory outbox stands for a SQL store's (idempgx's
+	// Store.Outbox()), and the publisher for a broker's.
+	ob := outboxtest.NewMemory()
+	err = ob.InTx(ctx, func(ctx context.Context, tx *outboxtest.MemoryTx) error {
+		return ob.Write(ctx, tx,
+			outbox.Event{ID: "order-created-1001", Topic: "orders.created", Payload: []byte(`{"order":"1001"}`)},
+			outbox.Event{ID: "order-created-1002", Topic: "orders.created", Payload: []byte(`{"order":"1002"}`)})
+	})
+	if err != nil {
+		panic(err)
+	}
+	pub := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
+		_, send := tp.Tracer("broker").Start(ctx, "orders.created send")
+		defer send.End()
+		return []error{nil, outbox.PermanentError(errors.New("message too large"))}
+	})
+	relay, err := outbox.NewRelay(ob, pub, &outbox.Config{Hooks: []idem.Hook{tel.For("orders")},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := relay.RunOnce(ctx); err != nil { // Run(ctx) in a service
+		panic(err)
+	}
+	ended := spans.Ended()
+	name := names(ended)
+	for _, s := range ended {
+		attrs := map[string]string{}
+		for _, a := range s.Attributes() {
+			attrs[string(a.Key)] = a.Value.String()
+		}
+		parent, ok := name[s.Parent().SpanID()]
+		if !ok {
+			parent = "none"
+		}
+		fmt.Printf("%s %s relay=%s topic=%s status=%s %q parent=%s\n", s.Name(), s.SpanKind(), attrs["idem.relay"],
+			attrs["messaging.destination.name"], s.Status().Code, s.Status().Description, parent)
+		for _, e := range s.Events() {
+			ev := map[string]string{}
+			for _, a := range e.Attributes {
+				ev[string(a.Key)] = a.Value.String()
+			}
+			fmt.Printf("  %s %s outcome=%s reason=%s\n", e.Name, ev["messaging.message.id"], ev["idem.outcome"], ev["idem.dead_letter.reason"])
+		}
+	}
+	fmt.Println(counts(reader, "idem.outbox.events", "idem.outcome"))
+	// Output:
+	// orders.created send internal relay= topic= status=Unset "" parent=idem.outbox
+	// idem.outbox client relay=orders topic=orders.created status=Error "dead_lettered 1 of 2" parent=none
+	//   idem.outbox.message order-created-1001 outcome=processed reason=
+	//   idem.outbox.message order-created-1002 outcome=dead_lettered reason=permanent
+	// map[dead_lettered:1 lease_lost:0 not_recorded:0 panicked:0 processed:1 released:0 retried:0]
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
@@ -22,6 +24,7 @@ import (
 	"github.com/idem-go/idem/consume"
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/shared/hooklabel"
 )
 
@@ -43,6 +46,21 @@ const Other = hooklabel.Other
 // delivery in its first buckets.
 var defaultBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
+// DefaultLagBuckets are the boundaries, in seconds, of the outbox lag
+// histogram unless [Options.LagBuckets] says otherwise: 10ms to an hour,
+// since an event that waits for a retry or for a relay that is down is
+// late by minutes.
+var DefaultLagBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// outboxOutcomes are the outcomes an outbox.Relay reports (see
+// outbox.Result), whose counters are recorded at zero for each relay.
+var outboxOutcomes = [...]idem.Outcome{
+	idem.Processed, idem.Retried, idem.DeadLettered, idem.LeaseLost, idem.NotRecorded, idem.Released, idem.Panicked,
+}
+
+// outboxDeadReasons are the reasons an outbox event goes to the dead state.
+var outboxDeadReasons = [...]idem.DeadReason{idem.DeadMaxAttempts, idem.DeadPermanent}
+
 // Attributes that the semantic conventions do not define.
 const (
 	attrOutcome        = attribute.Key("idem.outcome")
@@ -61,9 +79,15 @@ const (
 	attrScope          = attribute.Key("idem.scope")
 	attrToken          = attribute.Key("idem.token")
 	attrTakeover       = attribute.Key("idem.takeover")
+	attrRelay          = attribute.Key("idem.relay")
+	attrOutboxKey      = attribute.Key("idem.outbox.key")
+	// attrOutboxCount prefixes the per-outcome event counts of a batch
+	// span: idem.outbox.processed, idem.outbox.retried, ….
+	attrOutboxCount = "idem.outbox."
 )
 
-// defaultGuard names the Guard calls of a Telemetry not made by For.
+// defaultGuard names the Guard calls and the relay of a Telemetry not made
+// by For.
 const defaultGuard = "default"
 
 // Span names.
@@ -72,6 +96,9 @@ const (
 	spanInbox   = "idem.inbox"
 	spanHTTP    = "idem.http"
 	spanGuard   = "idem.guard"
+	spanOutbox  = "idem.outbox"
+	// eventOutbox is the span event of one event of a published batch.
+	eventOutbox = "idem.outbox.message"
 )
 
 // Options configures [New]. A nil *Options means the defaults.
@@ -114,6 +141,20 @@ type Options struct {
 	// recorded: idem's own errors quote the scope and key (and an HTTP
 	// scope holds the principal), and handler errors often quote data.
 	RecordErrorMessages bool
+	// Relays are relay names (as given to [Telemetry.For]; "default" for a
+	// Telemetry not made by For) whose outbox counters are recorded at
+	// zero by New, so that a rate sees a relay's first dead event after a
+	// restart. Relays not listed get their zero points on their first
+	// published batch.
+	Relays []string
+	// OutboxTopics adds messaging.destination.name to the outbox event,
+	// dead-letter and lag metrics: the topics listed here as themselves,
+	// any other as [Other]. Without it (the default) the metrics have no
+	// topic. Spans always carry the topic.
+	OutboxTopics []string
+	// LagBuckets are the outbox lag histogram's boundaries, in seconds,
+	// strictly increasing. Default [DefaultLagBuckets].
+	LagBuckets []float64
 }
 
 // Telemetry holds the instruments and the tracer for idem's hooks, and is
@@ -127,6 +168,12 @@ type Telemetry struct {
 	// guard is the name of the Guard whose calls this Telemetry reports
 	// (For), and guardLabel its bounded metric attribute value.
 	guard, guardLabel string
+	// relay is the name of the relay whose batches this Telemetry reports
+	// (For), not yet bounded.
+	relay string
+	// topics are the topics of Options.OutboxTopics; nil: no topic
+	// attribute on the outbox metrics.
+	topics map[string]bool
 
 	deliveries    metric.Int64Counter
 	handle        metric.Float64Histogram
@@ -139,8 +186,12 @@ type Telemetry struct {
 	httpDuration  metric.Float64Histogram
 	guardCalls    metric.Int64Counter
 	guardDuration metric.Float64Histogram
+	outboxEvents  metric.Int64Counter
+	outboxTime    metric.Float64Histogram
+	outboxLag     metric.Float64Histogram
+	outboxDead    metric.Int64Counter
 
-	consumers, types, routes, guards *hooklabel.Set
+	consumers, types, routes, guards, relays *hooklabel.Set
 }
 
 // New creates the instruments from the meter provider and the tracer from
@@ -159,15 +210,24 @@ func New(opts *Options) (*Telemetry, error) {
 	if o.MaxLabelValues == 0 {
 		o.MaxLabelValues = DefaultMaxLabelValues
 	}
-	for i, b := range o.Buckets {
-		if math.IsNaN(b) || math.IsInf(b, 0) || (i > 0 && b <= o.Buckets[i-1]) {
-			return nil, fmt.Errorf("idemotel: %w: Buckets must be finite and strictly increasing, got %v", idem.ErrInvalidConfig, o.Buckets)
+	for _, bs := range []struct {
+		name    string
+		buckets []float64
+	}{{"Buckets", o.Buckets}, {"LagBuckets", o.LagBuckets}} {
+		for i, b := range bs.buckets {
+			if math.IsNaN(b) || math.IsInf(b, 0) || (i > 0 && b <= bs.buckets[i-1]) {
+				return nil, fmt.Errorf("idemotel: %w: %s must be finite and strictly increasing, got %v", idem.ErrInvalidConfig, bs.name, bs.buckets)
+			}
 		}
 	}
 	if len(o.Buckets) == 0 {
 		o.Buckets = defaultBuckets
 	}
-	o.Buckets = slices.Clone(o.Buckets) // WithExplicitBucketBoundaries keeps the slice it is given
+	if len(o.LagBuckets) == 0 {
+		o.LagBuckets = DefaultLagBuckets
+	}
+	// WithExplicitBucketBoundaries keeps the slice it is given.
+	o.Buckets, o.LagBuckets = slices.Clone(o.Buckets), slices.Clone(o.LagBuckets)
 	mp, tp := o.MeterProvider, o.TracerProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -183,11 +243,19 @@ func New(opts *Options) (*Telemetry, error) {
 		errs = append(errs, err)
 		return c
 	}
-	histogram := func(name, desc string) metric.Float64Histogram {
+	histogramIn := func(buckets []float64, name, desc string) metric.Float64Histogram {
 		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
-			metric.WithExplicitBucketBoundaries(o.Buckets...))
+			metric.WithExplicitBucketBoundaries(buckets...))
 		errs = append(errs, err)
 		return h
+	}
+	histogram := func(name, desc string) metric.Float64Histogram { return histogramIn(o.Buckets, name, desc) }
+	var topics map[string]bool
+	if len(o.OutboxTopics) > 0 {
+		topics = make(map[string]bool, len(o.OutboxTopics))
+		for _, tp := range o.OutboxTopics {
+			topics[tp] = true
+		}
 	}
 	t := &Telemetry{
 		tracer:     tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
@@ -196,6 +264,8 @@ func New(opts *Options) (*Telemetry, error) {
 		messages:   o.RecordErrorMessages,
 		guard:      defaultGuard,
 		guardLabel: defaultGuard,
+		relay:      defaultGuard,
+		topics:     topics,
 		deliveries: counter("idem.consumer.deliveries", "{delivery}",
 			"Deliveries handled by a consume.Engine, by outcome."),
 		handle: histogram("idem.consumer.handle.duration",
@@ -218,16 +288,28 @@ func New(opts *Options) (*Telemetry, error) {
 			"Calls of idem.Guard.Do, by guard name and outcome."),
 		guardDuration: histogram("idem.guard.call.duration",
 			"Time an idem.Guard.Do call took, by guard name and outcome."),
+		outboxEvents: counter("idem.outbox.events", "{event}",
+			"Outbox events an outbox.Relay published or tried to, by relay name and outcome."),
+		outboxTime: histogram("idem.outbox.publish.duration",
+			"Time an outbox.Relay spent on each event's batch, from the claim to the recorded outcome, by relay name and outcome. One measurement per event."),
+		outboxLag: histogramIn(o.LagBuckets, "idem.outbox.lag",
+			"Time from an outbox event's creation (the store's clock) to the relay marking it sent, by relay name. One measurement per event sent."),
+		outboxDead: counter("idem.outbox.dead_letters", "{event}",
+			"Outbox events moved to the dead state, by relay name and reason. Normally zero."),
 		consumers: hooklabel.NewSet(o.MaxLabelValues),
 		types:     hooklabel.NewSet(o.MaxLabelValues),
 		routes:    hooklabel.NewSet(o.MaxLabelValues),
 		guards:    hooklabel.NewSet(o.MaxLabelValues),
+		relays:    hooklabel.NewSet(o.MaxLabelValues),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: creating instruments: %w", err)
 	}
 	for _, name := range o.Consumers {
 		t.consumerLabel(name)
+	}
+	for _, name := range o.Relays {
+		t.relayLabel(name)
 	}
 	return t, nil
 }
@@ -264,20 +346,24 @@ var (
 	_ inbox.RunEndHook          = (*Telemetry)(nil)
 	_ idemhttp.RequestStartHook = (*Telemetry)(nil)
 	_ idemhttp.RequestEndHook   = (*Telemetry)(nil)
+	_ outbox.PublishStartHook   = (*Telemetry)(nil)
+	_ outbox.PublishEndHook     = (*Telemetry)(nil)
 )
 
 // For returns a Telemetry that shares t's instruments and tracer and
-// reports Guard calls under idem.guard=name (a metric attribute bounded by
-// [Options.MaxLabelValues]). Give each Guard (and each idemhttp
-// middleware, whose Guard reports through its hooks) a name of its own:
-// Hooks: []idem.Hook{tel.For("payments-gateway")}. A Telemetry not made
-// by For reports them as idem.guard=default. The name labels nothing else:
-// consumers carry their own name, and the HTTP and inbox instruments have
-// no component attribute.
+// reports Guard calls under idem.guard=name and outbox relay batches under
+// idem.relay=name (metric attributes bounded by [Options.MaxLabelValues]).
+// Give each Guard (and each idemhttp middleware, whose Guard reports
+// through its hooks) and each outbox.Relay a name of its own: Hooks:
+// []idem.Hook{tel.For("payments-gateway")}. A Telemetry not made by For
+// reports them as idem.guard=default and idem.relay=default. The name
+// labels nothing else: consumers carry their own name, and the HTTP and
+// inbox instruments have no component attribute.
 func (t *Telemetry) For(name string) *Telemetry {
 	c := *t
 	c.guard = name
 	c.guardLabel, _ = t.guards.Label(name)
+	c.relay = name
 	return &c
 }
 
@@ -685,4 +771,250 @@ func traceString(s string) string {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	return s
+}
+
+// relayLabel returns the bounded attribute value for a relay name and, the
+// first time it is seen, records zero for its event and dead-letter
+// counters (for each listed topic when the metrics have a topic).
+func (t *Telemetry) relayLabel(name string) string {
+	label, first := t.relays.Label(name)
+	if first {
+		ctx := context.Background()
+		topics := []string{""}
+		if t.topics != nil {
+			topics = topics[:0]
+			for tp := range t.topics {
+				topics = append(topics, tp)
+			}
+		}
+		for _, tp := range topics {
+			for _, o := range outboxOutcomes {
+				t.outboxEvents.Add(ctx, 0, metric.WithAttributes(t.withTopic(tp, attrRelay.String(label), attrOutcome.String(o.String()))...))
+			}
+			for _, r := range outboxDeadReasons {
+				t.outboxDead.Add(ctx, 0, metric.WithAttributes(t.withTopic(tp, attrRelay.String(label), attrReason.String(string(r)))...))
+			}
+		}
+	}
+	return label
+}
+
+// withTopic appends the topic attribute to attrs when the outbox metrics
+// have one: topic itself if listed in Options.OutboxTopics, else [Other].
+func (t *Telemetry) withTopic(topic string, attrs ...attribute.KeyValue) []attribute.KeyValue {
+	if t.topics == nil {
+		return attrs
+	}
+	if !t.topics[topic] {
+		topic = Other
+	}
+	return append(attrs, semconv.MessagingDestinationName(topic))
+}
+
+// outboxBatch is the span of one published batch, in the context its start
+// hook returned, and what the end hooks have reported of it so far: the
+// relay calls the end hook once per event, and the last one ends the span.
+type outboxBatch struct {
+	span trace.Span
+	size int // events in the batch
+	mu   sync.Mutex
+	left int // events not reported yet; the span ends at zero
+	// counts are the events per outcome label, in the order first seen.
+	counts   []outcomeCount
+	failures []string // failed outcomes, for the status description
+	firstErr error    // the first failed event's error
+}
+
+type outcomeCount struct {
+	outcome string
+	n       int
+}
+
+// outboxFailed reports whether an event's outcome makes its batch's span
+// an error: it is not sent (retried, dead, another relay took it over,
+// its sent mark failed) or something panicked. An event released by a
+// hard stop is not: the relay is stopping and the event goes out later.
+func outboxFailed(r outbox.Result) bool {
+	switch r.Outcome {
+	case idem.Retried, idem.DeadLettered, idem.LeaseLost, idem.NotRecorded, idem.Panicked:
+		return true
+	case idem.Processed, idem.Released:
+		return false
+	}
+	return r.Err != nil
+}
+
+// outboxStartAttrs are a batch span's attributes known at its start.
+func (t *Telemetry) outboxStartAttrs(msgs []outbox.Message) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingBatchMessageCount(len(msgs)),
+		attrRelay.String(traceString(t.relay)),
+	}
+	if len(msgs) > 0 {
+		topic := msgs[0].Topic
+		for _, m := range msgs[1:] {
+			if m.Topic != topic {
+				topic = ""
+				break
+			}
+		}
+		if topic != "" {
+			attrs = append(attrs, semconv.MessagingDestinationName(traceString(topic)))
+		}
+	}
+	return attrs
+}
+
+// OnPublishStart implements outbox.PublishStartHook: it starts the batch's
+// span (idem.outbox, kind client), a child of the span in the relay's
+// context and the parent of the publisher's spans. It carries the relay's
+// name (idem.relay), the batch size (messaging.batch.message_count) and,
+// when every event of the batch has the same topic, the topic
+// (messaging.destination.name).
+func (t *Telemetry) OnPublishStart(ctx context.Context, msgs []outbox.Message) context.Context {
+	ctx = t.start(ctx, spanOutbox, trace.SpanKindClient, t.outboxStartAttrs(msgs))
+	span := ctx.Value(spanKey{t, spanOutbox}).(trace.Span)
+	if len(msgs) == 0 {
+		span.End()
+		return ctx
+	}
+	return context.WithValue(ctx, spanKey{t, spanOutbox}, &outboxBatch{span: span, size: len(msgs), left: len(msgs)})
+}
+
+// outboxEventAttrs are the attributes of one event's span event.
+func (t *Telemetry) outboxEventAttrs(r outbox.Result, outcome string) []attribute.KeyValue {
+	m := r.Message
+	attrs := []attribute.KeyValue{
+		semconv.MessagingMessageID(traceString(m.ID)),
+		semconv.MessagingDestinationName(traceString(m.Topic)),
+		attrOutcome.String(outcome),
+	}
+	if m.Attempt > 0 {
+		attrs = append(attrs, attrAttempt.Int(m.Attempt))
+	}
+	if t.keys && m.Key != "" {
+		attrs = append(attrs, attrOutboxKey.String(traceString(m.Key)))
+	}
+	if r.Outcome == idem.DeadLettered && r.DeadReason != "" {
+		attrs = append(attrs, attrReason.String(traceString(string(r.DeadReason))))
+	}
+	if r.Err != nil {
+		attrs = append(attrs, semconv.ErrorType(r.Err))
+		if t.messages {
+			attrs = append(attrs, semconv.ExceptionMessageKey.String(traceString(r.Err.Error())))
+		}
+	}
+	return attrs
+}
+
+// add adds one event to the batch's span, as a span event with attrs,
+// and reports whether it was the batch's last, after which the caller
+// ends the span. ok is false when the batch had already ended (more end
+// hook calls than events).
+func (b *outboxBatch) add(r outbox.Result, outcome string, attrs []attribute.KeyValue) (last, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.left <= 0 {
+		return false, false
+	}
+	b.left--
+	b.span.AddEvent(eventOutbox, trace.WithAttributes(attrs...))
+	i := slices.IndexFunc(b.counts, func(c outcomeCount) bool { return c.outcome == outcome })
+	if i < 0 {
+		b.counts = append(b.counts, outcomeCount{outcome: outcome})
+		i = len(b.counts) - 1
+		if outboxFailed(r) {
+			b.failures = append(b.failures, outcome)
+		}
+	}
+	b.counts[i].n++
+	if outboxFailed(r) && b.firstErr == nil {
+		b.firstErr = r.Err
+		if b.firstErr == nil {
+			b.firstErr = errors.New(outcome)
+		}
+	}
+	return b.left == 0, true
+}
+
+// endOutbox sets the batch span's outcome counts (and idem.outcome when
+// every event had the same outcome) and status, and ends it. The
+// status is Error when an event failed (see outboxFailed), with the
+// failed outcomes and their counts as description ("retried 2,
+// dead_lettered 1 of 100") and error.type of the first failure's error.
+func (t *Telemetry) endOutbox(b *outboxBatch) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.counts) == 1 {
+		b.span.SetAttributes(attrOutcome.String(b.counts[0].outcome))
+	}
+	var desc []string
+	for _, c := range b.counts {
+		b.span.SetAttributes(attribute.Int(attrOutboxCount+c.outcome, c.n))
+		if slices.Contains(b.failures, c.outcome) {
+			desc = append(desc, c.outcome+" "+strconv.Itoa(c.n))
+		}
+	}
+	if b.firstErr != nil {
+		b.span.SetAttributes(semconv.ErrorType(b.firstErr))
+		d := strings.Join(desc, ", ") + " of " + strconv.Itoa(b.size)
+		if t.messages {
+			d = traceString(b.firstErr.Error())
+		}
+		b.span.SetStatus(codes.Error, d)
+	}
+	b.span.End()
+}
+
+// OnPublishEnd implements outbox.PublishEndHook. It adds the event to its
+// batch's span as a span event (idem.outbox.message: messaging.message.id,
+// messaging.destination.name, idem.outcome, idem.attempt,
+// idem.dead_letter.reason when dead, error.type when failed) and, for the
+// batch's last event, ends the span with the number of events per outcome
+// (idem.outbox.processed, idem.outbox.retried, …) and, when they all had
+// the same one, idem.outcome. It records the event by
+// relay name (see [Telemetry.For]) and outcome, the time its batch took,
+// its dead-letter reason and, when it was sent, its lag: the time from its
+// creation (the store's clock) to now, a negative one (clock skew) as
+// zero; an event without a creation time, or not sent, has none. The
+// measurements are made in the batch span's context.
+func (t *Telemetry) OnPublishEnd(ctx context.Context, r outbox.Result) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	outcome := hooklabel.Outcome(r.Outcome)
+	attrs := t.outboxEventAttrs(r, outcome)
+	b, _ := ctx.Value(spanKey{t, spanOutbox}).(*outboxBatch)
+	last, ok := false, false
+	if b != nil {
+		last, ok = b.add(r, outcome, attrs)
+	}
+	if !ok {
+		// No start hook (a hand-written caller), or more events than the
+		// batch had: a batch of this one event, of no length.
+		ctx = t.start(ctx, spanOutbox, trace.SpanKindClient, t.outboxStartAttrs([]outbox.Message{r.Message}))
+		b = &outboxBatch{span: ctx.Value(spanKey{t, spanOutbox}).(trace.Span), size: 1, left: 1}
+		last, _ = b.add(r, outcome, attrs)
+	}
+	if last {
+		t.endOutbox(b)
+	}
+	sctx := trace.ContextWithSpan(ctx, b.span)
+
+	relay := attrRelay.String(t.relayLabel(t.relay))
+	o := attrOutcome.String(outcome)
+	t.outboxEvents.Add(sctx, 1, metric.WithAttributes(t.withTopic(r.Message.Topic, relay, o)...))
+	if r.Duration > 0 {
+		t.outboxTime.Record(sctx, r.Duration.Seconds(), metric.WithAttributes(relay, o))
+	}
+	switch r.Outcome {
+	case idem.Processed:
+		if !r.Message.CreatedAt.IsZero() {
+			lag := max(time.Since(r.Message.CreatedAt), 0)
+			t.outboxLag.Record(sctx, lag.Seconds(), metric.WithAttributes(t.withTopic(r.Message.Topic, relay)...))
+		}
+	case idem.DeadLettered:
+		t.outboxDead.Add(sctx, 1, metric.WithAttributes(t.withTopic(r.Message.Topic, relay, attrReason.String(hooklabel.DeadReason(r.DeadReason)))...))
+	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/idem-go/idem/idemhttp"
 	"github.com/idem-go/idem/idemtest"
 	"github.com/idem-go/idem/inbox"
+	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/retry"
 	"github.com/idem-go/idem/shared/hooktest"
 )
@@ -1249,6 +1250,13 @@ var components = []component{
 		},
 		func(t *Telemetry, ctx context.Context) {
 			t.OnDoEnd(ctx, idem.DoEvent{Scope: "s", Key: "k", Outcome: idem.Processed})
+		}},
+	{spanOutbox,
+		func(t *Telemetry, ctx context.Context) context.Context {
+			return t.OnPublishStart(ctx, []outbox.Message{{ID: "m1", Topic: "t", Attempt: 1}})
+		},
+		func(t *Telemetry, ctx context.Context) {
+			t.OnPublishEnd(ctx, outbox.Result{Message: outbox.Message{ID: "m1", Topic: "t", Attempt: 1}, Outcome: idem.Processed})
 		}},
 }
 
