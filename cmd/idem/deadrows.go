@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
+	"text/tabwriter"
 
+	"github.com/idem-go/idem/internal/statetable"
 	"github.com/spf13/cobra"
 )
 
@@ -133,5 +136,126 @@ func (d deadRows[S, A]) discardCmd() *cobra.Command {
 	cfg = addStoreFlags(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "discard every dead "+d.noun)
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
+	return cmd
+}
+
+// The "stats" and the row list commands ("inbox dead", "outbox pending",
+// "outbox dead") that the inbox and the outbox share, generic over the
+// table's state (St), row (R) and admin (A).
+
+// statJSON is one element of "<table> stats --json".
+type statJSON[St ~string] struct {
+	State         St      `json:"state"`
+	Count         int64   `json:"count"`
+	OldestSeconds float64 `json:"oldest_seconds"`
+}
+
+// statsCmd is "<table> stats": rows counted by state with the age of the
+// oldest in each, as a table or JSON.
+func statsCmd[St ~string, A interface {
+	Stats(ctx context.Context) ([]statetable.Count[St], error)
+}](table, short, long string, with func(cmd *cobra.Command, cfg *storeConfig, fn func(A) error) error) *cobra.Command {
+	var (
+		cfg    *storeConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: short,
+		Long:  long,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return with(cmd, cfg, func(a A) error {
+				st, err := a.Stats(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("%s stats: %w", table, err)
+				}
+				if asJSON {
+					out := make([]statJSON[St], len(st))
+					for i, c := range st {
+						out[i] = statJSON[St]{c.State, c.Count, c.Oldest.Seconds()}
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "STATE\tCOUNT\tOLDEST")
+				for _, c := range st {
+					fmt.Fprintf(tw, "%s\t%d\t%s\n", c.State, c.Count, inboxAge(c.Oldest))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cfg = addStoreFlags(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
+	return cmd
+}
+
+// rowList describes a "<table> <state>" command that lists the rows in a
+// state, oldest id first, paged with --after.
+type rowList[St ~string, R, J any, A interface {
+	List(ctx context.Context, req statetable.ListRequest[St]) ([]R, error)
+}] struct {
+	table       string
+	state       St
+	short, long string
+	// rows names the rows in the flags' help and in the empty answer
+	// ("dead messages", "events").
+	rows string
+	// empty is the answer when none is listed ("no dead messages").
+	empty    string
+	maxBatch int
+	with     func(cmd *cobra.Command, cfg *storeConfig, fn func(A) error) error
+	// toJSON is a row in --json, print the table's header and lines.
+	toJSON func(R) J
+	print  func(w io.Writer, rows []R)
+}
+
+func (l rowList[St, R, J, A]) cmd() *cobra.Command {
+	var (
+		cfg    *storeConfig
+		limit  int
+		after  int64
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   string(l.state),
+		Short: l.short,
+		Long:  l.long,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > l.maxBatch {
+				return usageErrorf("--limit must be 1..%d, got %d", l.maxBatch, limit)
+			}
+			return l.with(cmd, cfg, func(a A) error {
+				rows, err := a.List(cmd.Context(), statetable.ListRequest[St]{State: l.state, AfterID: after, Limit: limit})
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", l.table, l.state, err)
+				}
+				if asJSON {
+					out := make([]J, len(rows))
+					for i, r := range rows {
+						out[i] = l.toJSON(r)
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				if len(rows) == 0 {
+					if after > 0 {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s after id %d\n", l.empty, after)
+					} else {
+						fmt.Fprintln(cmd.OutOrStdout(), l.empty)
+					}
+					return nil
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				l.print(tw, rows)
+				return tw.Flush()
+			})
+		},
+	}
+	cfg = addStoreFlags(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 100, "how many "+l.rows+" to list")
+	cmd.Flags().Int64Var(&after, "after", 0, "list "+l.rows+" with an id above this one (paging)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
 	return cmd
 }

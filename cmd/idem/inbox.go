@@ -24,7 +24,7 @@ func init() { commands = append(commands, newInboxCmd) }
 
 func newInboxCmd(a *app) *cobra.Command {
 	return groupCmd("inbox", "Inspect the inbox: stats, dead letters, redrive and discard",
-		newInboxStatsCmd(), newInboxDeadCmd(), newInboxShowCmd(), inboxDead.redriveCmd(), inboxDead.discardCmd())
+		inboxStatsCmd(), inboxDeadList.cmd(), newInboxShowCmd(), inboxDead.redriveCmd(), inboxDead.discardCmd())
 }
 
 // withInbox opens the store cfg names and runs fn with its inbox.
@@ -61,49 +61,11 @@ func inboxAge(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-// inboxStatJSON is one element of "inbox stats --json".
-type inboxStatJSON struct {
-	State         inbox.State `json:"state"`
-	Count         int64       `json:"count"`
-	OldestSeconds float64     `json:"oldest_seconds"`
-}
-
-func newInboxStatsCmd() *cobra.Command {
-	var (
-		cfg    *storeConfig
-		asJSON bool
-	)
-	cmd := &cobra.Command{
-		Use:   "stats",
-		Short: "Count inbox rows by state, with the age of the oldest row in each",
-		Long: `Count inbox rows by state, with the age of the oldest row in each. --json
-prints [{"state", "count", "oldest_seconds"}].`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withInbox(cmd, cfg, func(ib inbox.Admin) error {
-				st, err := ib.Stats(cmd.Context())
-				if err != nil {
-					return fmt.Errorf("inbox stats: %w", err)
-				}
-				if asJSON {
-					out := make([]inboxStatJSON, len(st))
-					for i, c := range st {
-						out[i] = inboxStatJSON{c.State, c.Count, c.Oldest.Seconds()}
-					}
-					return writeJSON(cmd.OutOrStdout(), out)
-				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "STATE\tCOUNT\tOLDEST")
-				for _, c := range st {
-					fmt.Fprintf(tw, "%s\t%d\t%s\n", c.State, c.Count, inboxAge(c.Oldest))
-				}
-				return tw.Flush()
-			})
-		},
-	}
-	cfg = addStoreFlags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
-	return cmd
+// inboxStatsCmd is "inbox stats".
+func inboxStatsCmd() *cobra.Command {
+	return statsCmd[inbox.State, inbox.Admin]("inbox", "Count inbox rows by state, with the age of the oldest row in each",
+		`Count inbox rows by state, with the age of the oldest row in each. --json
+prints [{"state", "count", "oldest_seconds"}].`, withInbox)
 }
 
 // flatText flattens an error text for a table cell.
@@ -166,59 +128,22 @@ func inboxRowToJSON(r inbox.Row, withPayload bool) inboxRowJSON {
 	return j
 }
 
-func newInboxDeadCmd() *cobra.Command {
-	var (
-		cfg    *storeConfig
-		limit  int
-		after  int64
-		asJSON bool
-	)
-	cmd := &cobra.Command{
-		Use:   "dead",
-		Short: "List dead messages with their reason, attempts and last error",
-		Long: `List dead messages with their reason, attempts and last error, oldest id first;
+// inboxDeadList is "inbox dead".
+var inboxDeadList = rowList[inbox.State, inbox.Row, inboxRowJSON, inbox.Admin]{
+	table: "inbox", state: inbox.StateDead,
+	short: "List dead messages with their reason, attempts and last error",
+	long: `List dead messages with their reason, attempts and last error, oldest id first;
 page with --after. --json prints an array of rows (see "inbox show --json",
 without payloads and history).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > inbox.MaxBatch {
-				return usageErrorf("--limit must be 1..%d, got %d", inbox.MaxBatch, limit)
-			}
-			return withInbox(cmd, cfg, func(ib inbox.Admin) error {
-				rows, err := ib.List(cmd.Context(), inbox.ListRequest{State: inbox.StateDead, AfterID: after, Limit: limit})
-				if err != nil {
-					return fmt.Errorf("inbox dead: %w", err)
-				}
-				if asJSON {
-					out := make([]inboxRowJSON, len(rows))
-					for i, r := range rows {
-						out[i] = inboxRowToJSON(r, false)
-					}
-					return writeJSON(cmd.OutOrStdout(), out)
-				}
-				if len(rows) == 0 {
-					if after > 0 {
-						fmt.Fprintf(cmd.OutOrStdout(), "no dead messages after id %d\n", after)
-					} else {
-						fmt.Fprintln(cmd.OutOrStdout(), "no dead messages")
-					}
-					return nil
-				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tSOURCE\tMESSAGE\tTYPE\tATTEMPTS\tREASON\tLAST ERROR")
-				for _, r := range rows {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Source, r.MessageID, r.Type, r.Attempts,
-						flatText(string(r.DeadReason), 80), flatText(r.LastError, 120))
-				}
-				return tw.Flush()
-			})
-		},
-	}
-	cfg = addStoreFlags(cmd)
-	cmd.Flags().IntVar(&limit, "limit", 100, "how many dead messages to list")
-	cmd.Flags().Int64Var(&after, "after", 0, "list dead messages with an id above this one (paging)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
-	return cmd
+	rows: "dead messages", empty: "no dead messages", maxBatch: inbox.MaxBatch, with: withInbox,
+	toJSON: func(r inbox.Row) inboxRowJSON { return inboxRowToJSON(r, false) },
+	print: func(tw io.Writer, rows []inbox.Row) {
+		fmt.Fprintln(tw, "ID\tSOURCE\tMESSAGE\tTYPE\tATTEMPTS\tREASON\tLAST ERROR")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Source, r.MessageID, r.Type, r.Attempts,
+				flatText(string(r.DeadReason), 80), flatText(r.LastError, 120))
+		}
+	},
 }
 
 func parseIDs(args []string) ([]int64, error) {

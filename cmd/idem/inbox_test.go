@@ -107,7 +107,7 @@ func checkInboxCommands(t *testing.T, env map[string]string, ib inbox.Admin) {
 	// --json on every read command, one schema each.
 	r = runCLI(t, env, "inbox", "stats", "--json")
 	wantExit(t, r, exitOK)
-	var stats []inboxStatJSON
+	var stats []statJSON[inbox.State]
 	if err := json.Unmarshal([]byte(r.Stdout), &stats); err != nil || len(stats) != 4 || stats[3].State != inbox.StateDead || stats[3].Count != 3 {
 		t.Fatalf("stats --json = %+v, %v\n%s", stats, err, r.Stdout)
 	}

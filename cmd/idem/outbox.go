@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -23,7 +24,7 @@ func init() { commands = append(commands, newOutboxCmd) }
 
 func newOutboxCmd(a *app) *cobra.Command {
 	return groupCmd("outbox", "Inspect the outbox: stats, pending and dead events, redrive, discard and purge",
-		newOutboxStatsCmd(), newOutboxListCmd(outbox.StatePending), newOutboxListCmd(outbox.StateDead), newOutboxShowCmd(),
+		outboxStatsCmd(), outboxList(outbox.StatePending).cmd(), outboxList(outbox.StateDead).cmd(), newOutboxShowCmd(),
 		outboxDead.redriveCmd(), outboxDead.discardCmd(), newOutboxPurgeCmd())
 }
 
@@ -50,51 +51,13 @@ func outboxOf(s idem.Store) outbox.Admin {
 	return nil
 }
 
-// outboxStatJSON is one element of "outbox stats --json".
-type outboxStatJSON struct {
-	State         outbox.State `json:"state"`
-	Count         int64        `json:"count"`
-	OldestSeconds float64      `json:"oldest_seconds"`
-}
-
-func newOutboxStatsCmd() *cobra.Command {
-	var (
-		cfg    *storeConfig
-		asJSON bool
-	)
-	cmd := &cobra.Command{
-		Use:   "stats",
-		Short: "Count outbox events by state, with the age of the oldest event in each",
-		Long: `Count outbox events by state (pending, sending, sent, dead), with the age of
+// outboxStatsCmd is "outbox stats".
+func outboxStatsCmd() *cobra.Command {
+	return statsCmd[outbox.State, outbox.Admin]("outbox", "Count outbox events by state, with the age of the oldest event in each",
+		`Count outbox events by state (pending, sending, sent, dead), with the age of
 the oldest event in each: an old pending event means the relay is not
 keeping up or not running; any dead event needs an operator. --json prints
-[{"state", "count", "oldest_seconds"}].`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
-				st, err := ob.Stats(cmd.Context())
-				if err != nil {
-					return fmt.Errorf("outbox stats: %w", err)
-				}
-				if asJSON {
-					out := make([]outboxStatJSON, len(st))
-					for i, c := range st {
-						out[i] = outboxStatJSON{c.State, c.Count, c.Oldest.Seconds()}
-					}
-					return writeJSON(cmd.OutOrStdout(), out)
-				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "STATE\tCOUNT\tOLDEST")
-				for _, c := range st {
-					fmt.Fprintf(tw, "%s\t%d\t%s\n", c.State, c.Count, inboxAge(c.Oldest))
-				}
-				return tw.Flush()
-			})
-		},
-	}
-	cfg = addStoreFlags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
-	return cmd
+[{"state", "count", "oldest_seconds"}].`, withOutbox)
 }
 
 // outboxRowJSON is an outbox event in "outbox pending|dead --json" and
@@ -138,72 +101,35 @@ func outboxRowToJSON(r outbox.Row, withPayload bool) outboxRowJSON {
 	return j
 }
 
-// newOutboxListCmd is "outbox pending" or "outbox dead".
-func newOutboxListCmd(state outbox.State) *cobra.Command {
-	var (
-		cfg    *storeConfig
-		limit  int
-		after  int64
-		asJSON bool
-	)
+// outboxList is "outbox pending" or "outbox dead".
+func outboxList(state outbox.State) rowList[outbox.State, outbox.Row, outboxRowJSON, outbox.Admin] {
 	short := "List pending events (committed, not yet confirmed by the broker) with their attempts and last error"
 	if state == outbox.StateDead {
 		short = "List dead events with their reason, attempts and last error"
 	}
-	cmd := &cobra.Command{
-		Use:   string(state),
-		Short: short,
-		Long: short + `, oldest id first;
+	return rowList[outbox.State, outbox.Row, outboxRowJSON, outbox.Admin]{
+		table: "outbox", state: state, short: short,
+		long: short + `, oldest id first;
 page with --after. --json prints an array of events (see "outbox show --json",
 without payloads and headers).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > outbox.MaxBatch {
-				return usageErrorf("--limit must be 1..%d, got %d", outbox.MaxBatch, limit)
+		rows: "events", empty: fmt.Sprintf("no %s events", state), maxBatch: outbox.MaxBatch, with: withOutbox,
+		toJSON: func(r outbox.Row) outboxRowJSON { return outboxRowToJSON(r, false) },
+		print: func(tw io.Writer, rows []outbox.Row) {
+			if state == outbox.StateDead {
+				fmt.Fprintln(tw, "ID\tEVENT\tTOPIC\tKEY\tATTEMPTS\tREASON\tDIED\tLAST ERROR")
+				for _, r := range rows {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.EventID, flatText(r.Topic, 60), flatText(r.Key, 40),
+						r.Attempts, flatText(string(r.DeadReason), 40), fmtTime(r.FinishedAt), flatText(r.LastError, 120))
+				}
+				return
 			}
-			return withOutbox(cmd, cfg, func(ob outbox.Admin) error {
-				rows, err := ob.List(cmd.Context(), outbox.ListRequest{State: state, AfterID: after, Limit: limit})
-				if err != nil {
-					return fmt.Errorf("outbox %s: %w", state, err)
-				}
-				if asJSON {
-					out := make([]outboxRowJSON, len(rows))
-					for i, r := range rows {
-						out[i] = outboxRowToJSON(r, false)
-					}
-					return writeJSON(cmd.OutOrStdout(), out)
-				}
-				if len(rows) == 0 {
-					if after > 0 {
-						fmt.Fprintf(cmd.OutOrStdout(), "no %s events after id %d\n", state, after)
-					} else {
-						fmt.Fprintf(cmd.OutOrStdout(), "no %s events\n", state)
-					}
-					return nil
-				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				if state == outbox.StateDead {
-					fmt.Fprintln(tw, "ID\tEVENT\tTOPIC\tKEY\tATTEMPTS\tREASON\tDIED\tLAST ERROR")
-					for _, r := range rows {
-						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.EventID, flatText(r.Topic, 60), flatText(r.Key, 40),
-							r.Attempts, flatText(string(r.DeadReason), 40), fmtTime(r.FinishedAt), flatText(r.LastError, 120))
-					}
-				} else {
-					fmt.Fprintln(tw, "ID\tEVENT\tTOPIC\tKEY\tATTEMPTS\tCREATED\tNEXT ATTEMPT\tLAST ERROR")
-					for _, r := range rows {
-						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.EventID, flatText(r.Topic, 60), flatText(r.Key, 40),
-							r.Attempts, fmtTime(r.CreatedAt), fmtTime(r.NextAttemptAt), flatText(r.LastError, 120))
-					}
-				}
-				return tw.Flush()
-			})
+			fmt.Fprintln(tw, "ID\tEVENT\tTOPIC\tKEY\tATTEMPTS\tCREATED\tNEXT ATTEMPT\tLAST ERROR")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.EventID, flatText(r.Topic, 60), flatText(r.Key, 40),
+					r.Attempts, fmtTime(r.CreatedAt), fmtTime(r.NextAttemptAt), flatText(r.LastError, 120))
+			}
 		},
 	}
-	cfg = addStoreFlags(cmd)
-	cmd.Flags().IntVar(&limit, "limit", 100, "how many events to list")
-	cmd.Flags().Int64Var(&after, "after", 0, "list events with an id above this one (paging)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, for scripts")
-	return cmd
 }
 
 // findOutboxRow finds an event by row id or, when arg is not a row id of

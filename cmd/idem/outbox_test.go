@@ -125,7 +125,7 @@ func checkOutboxCommands(t *testing.T, env map[string]string, ob outbox.Admin) {
 
 	r = runCLI(t, env, "outbox", "stats", "--json")
 	wantExit(t, r, exitOK)
-	var stats []outboxStatJSON
+	var stats []statJSON[outbox.State]
 	if err := json.Unmarshal([]byte(r.Stdout), &stats); err != nil || len(stats) != 4 || stats[3].State != outbox.StateDead || stats[3].Count != 3 {
 		t.Fatalf("stats --json = %+v, %v\n%s", stats, err, r.Stdout)
 	}
