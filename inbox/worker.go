@@ -12,6 +12,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/inbox/inboxdriver"
 	"github.com/idem-go/idem/internal/keeper"
+	"github.com/idem-go/idem/internal/runloop"
 	"github.com/idem-go/idem/internal/textcut"
 	"github.com/idem-go/idem/retry"
 )
@@ -117,13 +118,10 @@ type Worker[Tx any] struct {
 	starts []RunStartHook
 	ends   []RunEndHook
 
-	mu       sync.Mutex
+	loops *runloop.Group
+
+	mu       sync.Mutex // guards handlers
 	handlers map[string]Handler[Tx]
-	started  bool
-	stopping chan struct{} // closed by Stop: claim nothing more
-	hardStop context.CancelFunc
-	runCtx   context.Context
-	wg       sync.WaitGroup
 }
 
 // NewWorker returns a worker over b. It does not start.
@@ -171,7 +169,7 @@ func NewWorker[Tx any](b inboxdriver.Backend[Tx], cfg *Config) (*Worker[Tx], err
 	}
 	return &Worker[Tx]{b: b, cfg: c, policy: c.Retry.WithDefaults(), log: c.Logger,
 		starts: idem.HooksOf[RunStartHook](c.Hooks), ends: idem.HooksOf[RunEndHook](c.Hooks),
-		handlers: map[string]Handler[Tx]{}, stopping: make(chan struct{})}, nil
+		loops: runloop.New("inbox", "worker", 0), handlers: map[string]Handler[Tx]{}}, nil
 }
 
 // Config returns the effective configuration.
@@ -180,18 +178,20 @@ func (w *Worker[Tx]) Config() Config { return w.cfg }
 // Handle registers h for eventType. It fails after Start and for a type
 // that already has a handler.
 func (w *Worker[Tx]) Handle(eventType string, h Handler[Tx]) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case w.started:
-		return fmt.Errorf("%w: inbox: register handlers before Start", idem.ErrInvalidConfig)
-	case h == nil:
-		return fmt.Errorf("%w: inbox: nil handler for %q", idem.ErrInvalidConfig, eventType)
-	case w.handlers[eventType] != nil:
-		return fmt.Errorf("%w: inbox: event type %q already has a handler", idem.ErrInvalidConfig, eventType)
-	}
-	w.handlers[eventType] = h
-	return nil
+	return w.loops.Locked(func(started bool) error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		switch {
+		case started:
+			return fmt.Errorf("%w: inbox: register handlers before Start", idem.ErrInvalidConfig)
+		case h == nil:
+			return fmt.Errorf("%w: inbox: nil handler for %q", idem.ErrInvalidConfig, eventType)
+		case w.handlers[eventType] != nil:
+			return fmt.Errorf("%w: inbox: event type %q already has a handler", idem.ErrInvalidConfig, eventType)
+		}
+		w.handlers[eventType] = h
+		return nil
+	})
 }
 
 // Start launches the worker loops and the purge loop. Cancelling ctx is a
@@ -199,61 +199,26 @@ func (w *Worker[Tx]) Handle(eventType string, h Handler[Tx]) error {
 // released. Use [Worker.Stop] for a graceful one. A Worker starts once;
 // after Stop, create a new one.
 func (w *Worker[Tx]) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
-		return fmt.Errorf("%w: inbox: worker already started", idem.ErrInvalidConfig)
-	}
-	w.started = true
-	w.runCtx, w.hardStop = context.WithCancel(ctx)
-	for range w.cfg.Workers {
-		w.wg.Go(func() { w.loop(w.runCtx) })
+	loops := make([]func(context.Context), w.cfg.Workers, w.cfg.Workers+1)
+	for i := range loops {
+		loops[i] = w.loop
 	}
 	if w.cfg.PurgeInterval > 0 {
-		w.wg.Go(func() { w.purgeLoop(w.runCtx) })
+		loops = append(loops, w.purgeLoop)
 	}
-	return nil
+	return w.loops.Start(ctx, loops...)
 }
 
 // Stop stops claiming, lets every loop finish the row it is running,
 // releases the rows it claimed but did not start, and waits. If ctx ends
 // first, running handlers are cancelled (their rows released) and Stop
 // returns ctx's error once the loops have exited.
-func (w *Worker[Tx]) Stop(ctx context.Context) error {
-	w.mu.Lock()
-	if !w.started {
-		w.mu.Unlock()
-		return nil
-	}
-	select {
-	case <-w.stopping:
-	default:
-		close(w.stopping)
-	}
-	w.mu.Unlock()
-	done := make(chan struct{})
-	go func() { w.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		w.hardStop()
-		return nil
-	case <-ctx.Done():
-		w.hardStop()
-		<-done
-		return fmt.Errorf("inbox: stop: %w", ctx.Err())
-	}
-}
+func (w *Worker[Tx]) Stop(ctx context.Context) error { return w.loops.Stop(ctx) }
 
 // Run starts the worker and blocks until ctx is done, then stops
 // gracefully within Config.ShutdownTimeout.
 func (w *Worker[Tx]) Run(ctx context.Context) error {
-	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
-	defer cancel()
-	return w.Stop(sctx)
+	return w.loops.Run(ctx, w.Start, w.cfg.ShutdownTimeout)
 }
 
 // RunOnce claims one batch and processes it in the calling goroutine. It
@@ -268,67 +233,17 @@ func (w *Worker[Tx]) RunOnce(ctx context.Context) (int, error) {
 	return len(rows), nil
 }
 
-func (w *Worker[Tx]) isStopping() bool {
-	select {
-	case <-w.stopping:
-		return true
-	default:
-		return false
-	}
-}
-
-// idle waits d, returning false when the worker stops meanwhile.
-func (w *Worker[Tx]) idle(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stopping:
-		return false
-	case <-ctx.Done():
-		return false
-	}
-}
-
 func (w *Worker[Tx]) loop(ctx context.Context) {
 	req := inboxdriver.ClaimRequest{Limit: w.cfg.BatchSize, Lease: w.cfg.Lease, Ordered: w.cfg.Ordered}
-	for !w.isStopping() && ctx.Err() == nil {
-		rows, err := w.b.Claim(ctx, req)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.WarnContext(ctx, "inbox: claim failed", "err", err)
-			}
-			if !w.idle(ctx, w.cfg.PollInterval) {
-				return
-			}
-			continue
-		}
-		w.runBatch(ctx, rows)
-		if len(rows) < req.Limit && !w.idle(ctx, w.cfg.PollInterval) {
-			return
-		}
-	}
+	runloop.Claims(ctx, w.loops, w.log, req.Limit, w.cfg.PollInterval,
+		func(ctx context.Context) ([]Row, error) { return w.b.Claim(ctx, req) }, w.runBatch)
 }
 
 func (w *Worker[Tx]) purgeLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.PurgeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.stopping:
-			return
-		case <-t.C:
-		}
-		n, err := w.b.PurgeProcessed(ctx, w.cfg.Retention, w.cfg.PurgeBatch)
-		if err != nil && ctx.Err() == nil {
-			w.log.WarnContext(ctx, "inbox: purge failed", "err", err)
-		} else if n > 0 {
-			w.log.DebugContext(ctx, "inbox: purged processed rows", "rows", n)
-		}
-	}
+	w.loops.Purges(ctx, w.log, w.cfg.PurgeInterval, "purged processed rows", "rows",
+		func(ctx context.Context) (int64, error) {
+			return w.b.PurgeProcessed(ctx, w.cfg.Retention, w.cfg.PurgeBatch)
+		})
 }
 
 // batchLeases tracks the leases of one batch for its heartbeat.
@@ -372,7 +287,7 @@ func (w *Worker[Tx]) runBatch(ctx context.Context, rows []Row) {
 		Extend: func(ctx context.Context) error { return w.extend(ctx, bl) }, Logger: w.log, LogPrefix: "inbox"})
 	defer k.Stop()
 	for i, r := range rows {
-		if w.isStopping() || ctx.Err() != nil {
+		if w.loops.Stopping() || ctx.Err() != nil {
 			w.release(ctx, bl, rows[i:], nil)
 			return
 		}

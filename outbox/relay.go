@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/internal/runloop"
 	"github.com/idem-go/idem/internal/textcut"
 	"github.com/idem-go/idem/outbox/outboxdriver"
 	"github.com/idem-go/idem/retry"
@@ -126,13 +126,7 @@ type Relay struct {
 	log    *slog.Logger
 	starts []PublishStartHook
 	ends   []PublishEndHook
-	wake   chan struct{}
-
-	mu       sync.Mutex
-	started  bool
-	stopping chan struct{} // closed by Stop: claim nothing more
-	hardStop context.CancelFunc
-	wg       sync.WaitGroup
+	loops  *runloop.Group
 }
 
 // NewRelay returns a relay that publishes d's events with pub. It does not
@@ -191,7 +185,7 @@ func NewRelay(d Driver, pub Publisher, cfg *Config) (*Relay, error) {
 	}
 	return &Relay{d: d, pub: pub, cfg: c, policy: pol.WithDefaults(), log: c.Logger,
 		starts: idem.HooksOf[PublishStartHook](c.Hooks), ends: idem.HooksOf[PublishEndHook](c.Hooks),
-		wake: make(chan struct{}, c.Workers), stopping: make(chan struct{})}, nil
+		loops: runloop.New("outbox", "relay", c.Workers)}, nil
 }
 
 // Config returns the effective configuration.
@@ -200,76 +194,32 @@ func (r *Relay) Config() Config { return r.cfg }
 // Notify wakes the idle loops so that events committed just now go out
 // without waiting for the poll interval. Call it after committing a
 // transaction that wrote events; it never blocks.
-func (r *Relay) Notify() {
-	for range r.cfg.Workers {
-		select {
-		case r.wake <- struct{}{}:
-		default:
-			return
-		}
-	}
-}
+func (r *Relay) Notify() { r.loops.Wake(r.cfg.Workers) }
 
 // Start launches the relay's loops and its purge loop. Cancelling ctx is
 // a hard stop: publishes in flight are cancelled and their events given
 // back. Use [Relay.Stop] for a graceful one. A Relay starts once.
 func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
-		return fmt.Errorf("%w: outbox: relay already started", idem.ErrInvalidConfig)
-	}
-	r.started = true
-	var runCtx context.Context
-	runCtx, r.hardStop = context.WithCancel(ctx)
-	for range r.cfg.Workers {
-		r.wg.Go(func() { r.loop(runCtx) })
+	loops := make([]func(context.Context), r.cfg.Workers, r.cfg.Workers+1)
+	for i := range loops {
+		loops[i] = r.loop
 	}
 	if r.cfg.PurgeInterval > 0 {
-		r.wg.Go(func() { r.purgeLoop(runCtx) })
+		loops = append(loops, r.purgeLoop)
 	}
-	return nil
+	return r.loops.Start(ctx, loops...)
 }
 
 // Stop stops claiming, lets every loop finish the batch it is publishing
 // (at most PublishTimeout) and waits. If ctx ends first, publishes are
 // cancelled (their events given back) and Stop returns ctx's error once
 // the loops have exited.
-func (r *Relay) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.started {
-		r.mu.Unlock()
-		return nil
-	}
-	select {
-	case <-r.stopping:
-	default:
-		close(r.stopping)
-	}
-	r.mu.Unlock()
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		r.hardStop()
-		return nil
-	case <-ctx.Done():
-		r.hardStop()
-		<-done
-		return fmt.Errorf("outbox: stop: %w", ctx.Err())
-	}
-}
+func (r *Relay) Stop(ctx context.Context) error { return r.loops.Stop(ctx) }
 
 // Run starts the relay and blocks until ctx is done, then stops gracefully
 // within Config.ShutdownTimeout.
 func (r *Relay) Run(ctx context.Context) error {
-	if err := r.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
-	defer cancel()
-	return r.Stop(sctx)
+	return r.loops.Run(ctx, r.Start, r.cfg.ShutdownTimeout)
 }
 
 // RunOnce claims one batch and publishes it in the calling goroutine. It
@@ -294,69 +244,14 @@ func (r *Relay) claimRequest() outboxdriver.ClaimRequest {
 	return outboxdriver.ClaimRequest{Limit: r.cfg.BatchSize, Lease: r.cfg.Lease, Ordered: r.cfg.Ordered}
 }
 
-func (r *Relay) isStopping() bool {
-	select {
-	case <-r.stopping:
-		return true
-	default:
-		return false
-	}
-}
-
-// idle waits d or a Notify, returning false when the relay stops meanwhile.
-func (r *Relay) idle(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.wake:
-		return true
-	case <-r.stopping:
-		return false
-	case <-ctx.Done():
-		return false
-	}
-}
-
 func (r *Relay) loop(ctx context.Context) {
 	req := r.claimRequest()
-	for !r.isStopping() && ctx.Err() == nil {
-		rows, err := r.d.Claim(ctx, req)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.WarnContext(ctx, "outbox: claim failed", "err", err)
-			}
-			if !r.idle(ctx, r.cfg.PollInterval) {
-				return
-			}
-			continue
-		}
-		r.publish(ctx, rows)
-		if len(rows) < req.Limit && !r.idle(ctx, r.cfg.PollInterval) {
-			return
-		}
-	}
+	runloop.Claims(ctx, r.loops, r.log, req.Limit, r.cfg.PollInterval,
+		func(ctx context.Context) ([]Row, error) { return r.d.Claim(ctx, req) }, r.publish)
 }
 
 func (r *Relay) purgeLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.PurgeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.stopping:
-			return
-		case <-t.C:
-		}
-		n, err := r.Purge(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.log.WarnContext(ctx, "outbox: purge failed", "err", err)
-		} else if n > 0 {
-			r.log.DebugContext(ctx, "outbox: purged sent events", "events", n)
-		}
-	}
+	r.loops.Purges(ctx, r.log, r.cfg.PurgeInterval, "purged sent events", "events", r.Purge)
 }
 
 // message is the row as the publisher sees it.
