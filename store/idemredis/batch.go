@@ -226,10 +226,20 @@ func completeExec(calls []*call) rueidis.LuaExec {
 	return rueidis.LuaExec{Keys: keys, Args: args}
 }
 
-// setCompletes decodes the completion script's reply for calls and sets
-// each call's error. It returns the error of the call as a whole, if it
+// setCompletes decodes the completion script's reply for calls (1 when all
+// were completed, else one item per call) and sets each call's error. It returns the error of the call as a whole, if it
 // failed (then every call has it).
 func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
+	if n, err := reply.AsInt64(); err == nil {
+		// Every record was completed.
+		if n != 1 {
+			return failAll(calls, s.wrap("complete", fmt.Errorf("unknown reply %d", n)))
+		}
+		for _, c := range calls {
+			c.err = nil
+		}
+		return nil
+	}
 	vals, err := reply.ToArray()
 	if err == nil && len(vals) != len(calls) {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), len(calls))
@@ -311,10 +321,21 @@ func claimExec(s *Store, calls []*call) rueidis.LuaExec {
 	return rueidis.LuaExec{Keys: keys, Args: args}
 }
 
-// setClaims decodes the claim script's reply for calls and sets each call's
-// claim or error. It returns the error of the call as a whole, if it failed
+// setClaims decodes the claim script's reply for calls (the token alone
+// when every claim was fresh, else the token, the time and one item per
+// call) and sets each call's claim or error. It returns the error of the call as a whole, if it failed
 // (then every call has it).
 func (s *Store) setClaims(calls []*call, reply rueidis.RedisResult) error {
+	if token, err := reply.AsInt64(); err == nil {
+		// Every item was a fresh claim with this token.
+		if token <= 0 {
+			return failAll(calls, s.wrap("claim", fmt.Errorf("unknown reply %d", token)))
+		}
+		for _, c := range calls {
+			c.claim, c.err = freshClaim(c, token, token/1000), nil
+		}
+		return nil
+	}
 	vals, err := reply.ToArray()
 	if err == nil && len(vals) != 2+len(calls) {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), 2+len(calls))
@@ -341,7 +362,7 @@ func (s *Store) decodeClaim(c *call, token, now int64, item *rueidis.RedisMessag
 		if n, _ := item.AsInt64(); n != 1 {
 			return idem.Claim{}, fmt.Errorf("idemredis: claim: unknown item %d", n)
 		}
-		return idem.Claim{Outcome: idem.Acquired, Token: token, LeaseExpiresAt: time.UnixMilli(now + c.lease.ms)}, nil
+		return freshClaim(c, token, now), nil
 	}
 	if err := item.Error(); err != nil {
 		return idem.Claim{}, s.wrap("claim", err)
@@ -389,6 +410,11 @@ func (s *Store) decodeClaim(c *call, token, now int64, item *rueidis.RedisMessag
 		return idem.Claim{}, fmt.Errorf("idemredis: claim: key %s: %w", c.key, ErrRecordFormat)
 	}
 	return idem.Claim{}, fmt.Errorf("idemredis: claim: unknown outcome %d", code)
+}
+
+// freshClaim is the claim of c acquired by SET NX with token at now (ms).
+func freshClaim(c *call, token, now int64) idem.Claim {
+	return idem.Claim{Outcome: idem.Acquired, Token: token, LeaseExpiresAt: time.UnixMilli(now + c.lease.ms)}
 }
 
 // claimOutcome maps the claim script's result codes (1 acquired, 2 in
