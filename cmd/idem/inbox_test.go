@@ -22,19 +22,34 @@ import (
 // real SQLite inbox with one processed and three dead messages.
 func TestInboxCommands(t *testing.T) {
 	t.Parallel()
-	dsn := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
-	s, err := idemsqlite.Open(t.Context(), dsn, &idemsqlite.Config{AutoMigrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	env, s := sqliteTableStore(t)
 	seedInbox(t, s.Inbox())
-	checkInboxCommands(t, map[string]string{"IDEM_STORE": dsn}, s.Inbox())
+	checkInboxCommands(t, env, s.Inbox())
 }
 
 // TestInboxCommandsPostgres is the same over PostgreSQL, in its own schema.
 func TestInboxCommandsPostgres(t *testing.T) {
 	t.Parallel()
+	env, s := postgresTableStore(t)
+	seedInbox(t, s.Inbox())
+	checkInboxCommands(t, env, s.Inbox())
+}
+
+// sqliteTableStore is a migrated SQLite store in a new file for the inbox
+// and outbox commands, and the CLI's environment naming it.
+func sqliteTableStore(t *testing.T) (map[string]string, *idemsqlite.Store) {
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
+	s, err := idemsqlite.Open(t.Context(), dsn, &idemsqlite.Config{AutoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return map[string]string{"IDEM_STORE": dsn}, s
+}
+
+// postgresTableStore is the same in a new PostgreSQL schema migrated by the
+// CLI.
+func postgresTableStore(t *testing.T) (map[string]string, *idempgx.Store) {
 	url := postgresURL(t)
 	schema := testSchema(t, url)
 	env := map[string]string{"IDEM_STORE": url, "IDEM_SCHEMA": schema}
@@ -43,13 +58,12 @@ func TestInboxCommandsPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	s, err := idempgx.New(pool, &idempgx.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	seedInbox(t, s.Inbox())
-	checkInboxCommands(t, env, s.Inbox())
+	return env, s
 }
 
 // seedInbox leaves one processed message (row 1) and three dead ones.

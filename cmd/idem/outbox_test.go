@@ -14,45 +14,25 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/outbox"
 	"github.com/idem-go/idem/store/idemmysql"
-	"github.com/idem-go/idem/store/idempgx"
-	"github.com/idem-go/idem/store/idemsqlite"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestOutboxCommands drives stats, pending, dead, show, redrive, discard
 // and purge over a real SQLite outbox.
 func TestOutboxCommands(t *testing.T) {
 	t.Parallel()
-	dsn := "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
-	s, err := idemsqlite.Open(t.Context(), dsn, &idemsqlite.Config{AutoMigrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	env, s := sqliteTableStore(t)
 	write := sqlWriter(t, s.DB(), s.Outbox())
 	seedOutbox(t, s.Outbox(), write)
-	checkOutboxCommands(t, map[string]string{"IDEM_STORE": dsn}, s.Outbox())
+	checkOutboxCommands(t, env, s.Outbox())
 }
 
 // TestOutboxCommandsPostgres is the same over PostgreSQL, in its own schema.
 func TestOutboxCommandsPostgres(t *testing.T) {
 	t.Parallel()
-	url := postgresURL(t)
-	schema := testSchema(t, url)
-	env := map[string]string{"IDEM_STORE": url, "IDEM_SCHEMA": schema}
-	wantExit(t, runCLI(t, env, "migrate", "up"), exitOK)
-	pool, err := pgxpool.New(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := idempgx.New(pool, &idempgx.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, s := postgresTableStore(t)
 	write := func(evs ...outbox.Event) {
-		if err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return s.Outbox().Write(t.Context(), tx, evs...) }); err != nil {
+		if err := pgx.BeginFunc(t.Context(), s.Pool(), func(tx pgx.Tx) error { return s.Outbox().Write(t.Context(), tx, evs...) }); err != nil {
 			t.Fatal(err)
 		}
 	}

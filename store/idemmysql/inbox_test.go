@@ -53,9 +53,19 @@ const envInboxDatabase = "IDEMMYSQL_INBOX_WORKER_DATABASE"
 // TestInboxWorkerProcess is the body of the acceptance test's worker
 // processes; it does nothing in a normal run.
 func TestInboxWorkerProcess(t *testing.T) {
-	name := os.Getenv(envInboxDatabase)
+	s := childStore(t, envInboxDatabase, "worker process of TestInboxAcceptance", envInt(inboxtest.EnvWorkers, 8)+4)
+	if err := inboxtest.ServeWorker(inboxEnv(s)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// childStore is the store of an acceptance test's child process over the
+// database the environment variable env names, with conns connections; in
+// a normal run (env unset) it skips the test with skip.
+func childStore(t *testing.T, env, skip string, conns int) *idemmysql.Store {
+	name := os.Getenv(env)
 	if name == "" {
-		t.Skip("worker process of TestInboxAcceptance")
+		t.Skip(skip)
 	}
 	cfg := driverConfig(t)
 	cfg.DBName = name
@@ -64,14 +74,26 @@ func TestInboxWorkerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := sql.OpenDB(c)
-	defer db.Close()
-	db.SetMaxOpenConns(envInt(inboxtest.EnvWorkers, 8) + 4)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(conns)
 	s, err := idemmysql.New(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := inboxtest.ServeWorker(inboxEnv(s)); err != nil {
+	return s
+}
+
+// childCmd returns the commands that run this test binary's test run as an
+// acceptance child process over the database of s (passed in env).
+func childCmd(t *testing.T, s *idemmysql.Store, run, env string) func() *exec.Cmd {
+	var name string
+	if err := s.DB().QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
 		t.Fatal(err)
+	}
+	return func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), env+"="+name)
+		return cmd
 	}
 }
 
@@ -87,13 +109,5 @@ func envInt(name string, def int) int {
 func TestInboxAcceptance(t *testing.T) {
 	t.Parallel()
 	env, s := newInboxEnv(t)
-	var name string
-	if err := s.DB().QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	inboxtest.RunAcceptance(t, env, func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestInboxWorkerProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envInboxDatabase+"="+name)
-		return cmd
-	})
+	inboxtest.RunAcceptance(t, env, childCmd(t, s, "TestInboxWorkerProcess", envInboxDatabase))
 }

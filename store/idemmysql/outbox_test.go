@@ -2,11 +2,8 @@ package idemmysql_test
 
 import (
 	"database/sql"
-	"os"
-	"os/exec"
 	"testing"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/idem-go/idem/outbox/outboxtest"
 	"github.com/idem-go/idem/store/idemmysql"
 )
@@ -47,23 +44,7 @@ const envOutboxDatabase = "IDEMMYSQL_OUTBOX_RELAY_DATABASE"
 // TestOutboxRelayProcess is the body of the acceptance test's relay
 // processes; it does nothing in a normal run.
 func TestOutboxRelayProcess(t *testing.T) {
-	name := os.Getenv(envOutboxDatabase)
-	if name == "" {
-		t.Skip("relay process of TestOutboxAcceptance")
-	}
-	cfg := driverConfig(t)
-	cfg.DBName = name
-	c, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(c)
-	defer db.Close()
-	db.SetMaxOpenConns(envInt(outboxtest.EnvWorkers, 4) + 2)
-	s, err := idemmysql.New(db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := childStore(t, envOutboxDatabase, "relay process of TestOutboxAcceptance", envInt(outboxtest.EnvWorkers, 4)+2)
 	if err := outboxtest.ServeRelay(outboxEnv(s)); err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +56,5 @@ func TestOutboxRelayProcess(t *testing.T) {
 func TestOutboxAcceptance(t *testing.T) {
 	t.Parallel()
 	env, s := newOutboxEnv(t)
-	var name string
-	if err := s.DB().QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	outboxtest.RunAcceptance(t, env, func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestOutboxRelayProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envOutboxDatabase+"="+name)
-		return cmd
-	})
+	outboxtest.RunAcceptance(t, env, childCmd(t, s, "TestOutboxRelayProcess", envOutboxDatabase))
 }

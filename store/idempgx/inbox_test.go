@@ -59,31 +59,49 @@ const envInboxSchema = "IDEMPGX_INBOX_WORKER_SCHEMA"
 // TestInboxWorkerProcess is the body of the acceptance test's worker
 // processes; it does nothing in a normal run.
 func TestInboxWorkerProcess(t *testing.T) {
-	schema := os.Getenv(envInboxSchema)
-	if schema == "" {
-		t.Skip("worker process of TestInboxAcceptance")
-	}
-	cfg, err := pgxpool.ParseConfig(databaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = int32(envInt(inboxtest.EnvWorkers, 8)) + 4
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	s, err := idempgx.New(p, &idempgx.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := childStore(t, envInboxSchema, "worker process of TestInboxAcceptance", envInt(inboxtest.EnvWorkers, 8)+4)
 	effects := qualified(s, "inbox_effects")
-	err = inboxtest.ServeWorker(inboxtest.Env[pgx.Tx]{Backend: s.Inbox(), Effect: func(ctx context.Context, tx pgx.Tx, key string) error {
+	err := inboxtest.ServeWorker(inboxtest.Env[pgx.Tx]{Backend: s.Inbox(), Effect: func(ctx context.Context, tx pgx.Tx, key string) error {
 		_, err := tx.Exec(ctx, "INSERT INTO "+effects+" (key) VALUES ($1)", key)
 		return err
 	}})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// childStore is the store of an acceptance test's child process over the
+// schema the environment variable env names, with conns connections; in a
+// normal run (env unset) it skips the test with skip.
+func childStore(t *testing.T, env, skip string, conns int) *idempgx.Store {
+	schema := os.Getenv(env)
+	if schema == "" {
+		t.Skip(skip)
+	}
+	cfg, err := pgxpool.ParseConfig(databaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = int32(conns)
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	s, err := idempgx.New(p, &idempgx.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// childCmd returns the commands that run this test binary's test run as an
+// acceptance child process over the schema of s (passed in env).
+func childCmd(s *idempgx.Store, run, env string) func() *exec.Cmd {
+	return func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), env+"="+s.Config().Schema)
+		return cmd
 	}
 }
 
@@ -99,9 +117,5 @@ func envInt(name string, def int) int {
 func TestInboxAcceptance(t *testing.T) {
 	t.Parallel()
 	env, s := newInboxEnv(t)
-	inboxtest.RunAcceptance(t, env, func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestInboxWorkerProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envInboxSchema+"="+s.Config().Schema)
-		return cmd
-	})
+	inboxtest.RunAcceptance(t, env, childCmd(s, "TestInboxWorkerProcess", envInboxSchema))
 }

@@ -2,14 +2,11 @@ package idempgx_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 
 	"github.com/idem-go/idem/outbox/outboxtest"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // outboxEnv is the outbox of s, with a "published" table standing for the
@@ -65,24 +62,7 @@ const envOutboxSchema = "IDEMPGX_OUTBOX_RELAY_SCHEMA"
 // TestOutboxRelayProcess is the body of the acceptance test's relay
 // processes; it does nothing in a normal run.
 func TestOutboxRelayProcess(t *testing.T) {
-	schema := os.Getenv(envOutboxSchema)
-	if schema == "" {
-		t.Skip("relay process of TestOutboxAcceptance")
-	}
-	cfg, err := pgxpool.ParseConfig(databaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = int32(envInt(outboxtest.EnvWorkers, 4)) + 2
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	s, err := idempgx.New(p, &idempgx.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := childStore(t, envOutboxSchema, "relay process of TestOutboxAcceptance", envInt(outboxtest.EnvWorkers, 4)+2)
 	if err := outboxtest.ServeRelay(outboxEnv(s)); err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +74,5 @@ func TestOutboxRelayProcess(t *testing.T) {
 func TestOutboxAcceptance(t *testing.T) {
 	t.Parallel()
 	env, s := newOutboxEnv(t)
-	outboxtest.RunAcceptance(t, env, func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestOutboxRelayProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envOutboxSchema+"="+s.Config().Schema)
-		return cmd
-	})
+	outboxtest.RunAcceptance(t, env, childCmd(s, "TestOutboxRelayProcess", envOutboxSchema))
 }
