@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/statetable"
 	"github.com/spf13/cobra"
 )
@@ -142,6 +143,19 @@ func (d deadRows[S, A]) discardCmd() *cobra.Command {
 // The "stats" and the row list commands ("inbox dead", "outbox pending",
 // "outbox dead") that the inbox and the outbox share, generic over the
 // table's state (St), row (R) and admin (A).
+
+// withTable opens the store cfg names and runs fn with its table (the
+// inbox or the outbox), which of returns (nil when the store's backend has
+// none).
+func withTable[A comparable](cmd *cobra.Command, cfg *storeConfig, table string, of func(idem.Store) A, fn func(A) error) error {
+	return withStore(cmd, cfg, func(s idem.Store) error {
+		var none A
+		if a := of(s); a != none {
+			return fn(a)
+		}
+		return fmt.Errorf("the store %s has no %s (the %s needs sqlite://, postgres:// or mysql://)", redactDSN(cfg.DSN), table, table)
+	})
+}
 
 // statJSON is one element of "<table> stats --json".
 type statJSON[St ~string] struct {

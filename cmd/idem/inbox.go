@@ -29,12 +29,7 @@ func newInboxCmd(a *app) *cobra.Command {
 
 // withInbox opens the store cfg names and runs fn with its inbox.
 func withInbox(cmd *cobra.Command, cfg *storeConfig, fn func(inbox.Admin) error) error {
-	return withStore(cmd, cfg, func(s idem.Store) error {
-		if ib := inboxOf(s); ib != nil {
-			return fn(ib)
-		}
-		return fmt.Errorf("the store %s has no inbox (the inbox needs sqlite://, postgres:// or mysql://)", redactDSN(cfg.DSN))
-	})
+	return withTable(cmd, cfg, "inbox", inboxOf, fn)
 }
 
 // inboxOf returns the inbox of s, nil when its backend has none.

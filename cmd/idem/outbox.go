@@ -30,12 +30,7 @@ func newOutboxCmd(a *app) *cobra.Command {
 
 // withOutbox opens the store cfg names and runs fn with its outbox.
 func withOutbox(cmd *cobra.Command, cfg *storeConfig, fn func(outbox.Admin) error) error {
-	return withStore(cmd, cfg, func(s idem.Store) error {
-		if ob := outboxOf(s); ob != nil {
-			return fn(ob)
-		}
-		return fmt.Errorf("the store %s has no outbox (the outbox needs sqlite://, postgres:// or mysql://)", redactDSN(cfg.DSN))
-	})
+	return withTable(cmd, cfg, "outbox", outboxOf, fn)
 }
 
 // outboxOf returns the outbox of s, nil when its backend has none.

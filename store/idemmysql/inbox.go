@@ -276,14 +276,7 @@ func (ib *Inbox) PurgeProcessed(ctx context.Context, olderThan time.Duration, li
 	if limit == 0 {
 		limit = ib.s.cfg.PurgeBatch
 	}
-	n, err := ib.s.batches(ctx, "inbox purge", limit, func(tx *sql.Tx) (int64, error) {
-		return deleteLocked(ctx, tx, "idem_inbox", "SELECT id FROM idem_inbox WHERE state = 'processed' AND processed_at <= "+nowSQL+
-			" - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED", micros(olderThan), limit)
-	})
-	if err != nil {
-		return n, err
-	}
-	return n, ib.s.purgeTokens(ctx, "idem_inbox_tokens")
+	return ib.s.purgeFinished(ctx, "inbox purge", "idem_inbox", "processed", "processed_at", "idem_inbox_tokens", olderThan, limit)
 }
 
 // Stats implements [inboxdriver.Admin].
@@ -298,12 +291,8 @@ func (ib *Inbox) List(ctx context.Context, req inboxdriver.ListRequest) ([]inbox
 	if err != nil {
 		return nil, err
 	}
-	out, err := queryRows(ctx, ib.s.db, scanInboxRow, "SELECT "+inboxColumns+" FROM idem_inbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
+	return listRows(ctx, ib.s, "inbox list", scanInboxRow, "SELECT "+inboxColumns+" FROM idem_inbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
 		string(req.State), req.AfterID, limit)
-	if err != nil {
-		return nil, ib.s.wrap("inbox list", err)
-	}
-	return out, nil
 }
 
 // Get implements [inboxdriver.Admin].

@@ -201,14 +201,7 @@ func (ob *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit 
 	if err != nil {
 		return 0, err
 	}
-	n, err := ob.s.batches(ctx, "outbox purge", limit, func(tx *sql.Tx) (int64, error) {
-		return deleteLocked(ctx, tx, "idem_outbox", "SELECT id FROM idem_outbox WHERE state = 'sent' AND finished_at <= "+nowSQL+
-			" - INTERVAL ? MICROSECOND ORDER BY finished_at LIMIT ? FOR UPDATE SKIP LOCKED", micros(olderThan), limit)
-	})
-	if err != nil {
-		return n, err
-	}
-	return n, ob.s.purgeTokens(ctx, "idem_outbox_tokens")
+	return ob.s.purgeFinished(ctx, "outbox purge", "idem_outbox", "sent", "finished_at", "idem_outbox_tokens", olderThan, limit)
 }
 
 // Stats implements [outboxdriver.Admin].
@@ -223,12 +216,8 @@ func (ob *Outbox) List(ctx context.Context, req outboxdriver.ListRequest) ([]out
 	if err != nil {
 		return nil, err
 	}
-	out, err := queryRows(ctx, ob.s.db, scanOutboxRow, "SELECT "+outboxColumns+" FROM idem_outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
+	return listRows(ctx, ob.s, "outbox list", scanOutboxRow, "SELECT "+outboxColumns+" FROM idem_outbox WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
 		string(req.State), req.AfterID, limit)
-	if err != nil {
-		return nil, ob.s.wrap("outbox list", err)
-	}
-	return out, nil
 }
 
 // Get implements [outboxdriver.Admin].

@@ -61,6 +61,31 @@ func queryRows[R any](ctx context.Context, q execer, scan func(scanner) (R, erro
 	return out, err
 }
 
+// listRows is queryRows on the store's pool with the store's error
+// wrapping.
+func listRows[R any](ctx context.Context, s *Store, op string, scan func(scanner) (R, error), query string, args ...any) ([]R, error) {
+	out, err := queryRows(ctx, s.db, scan, query, args...)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	return out, nil
+}
+
+// purgeFinished deletes the rows of table in state (a final one) whose
+// column at is older than olderThan, in batches of at most limit rows,
+// each locked with SKIP LOCKED and deleted in a short transaction of its
+// own; then the spent rows of the table's token counter, tokens.
+func (s *Store) purgeFinished(ctx context.Context, op, table, state, at, tokens string, olderThan time.Duration, limit int) (int64, error) {
+	n, err := s.batches(ctx, op, limit, func(tx *sql.Tx) (int64, error) {
+		return deleteLocked(ctx, tx, table, "SELECT id FROM "+table+" WHERE state = '"+state+"' AND "+at+" <= "+nowSQL+
+			" - INTERVAL ? MICROSECOND ORDER BY "+at+" LIMIT ? FOR UPDATE SKIP LOCKED", micros(olderThan), limit)
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, s.purgeTokens(ctx, tokens)
+}
+
 // deleteLocked deletes the rows of table whose ids query selects (and
 // locks).
 func deleteLocked(ctx context.Context, tx *sql.Tx, table, query string, args ...any) (int64, error) {
