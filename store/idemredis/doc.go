@@ -75,7 +75,9 @@
 // otherwise returns what is there without writing; only then does the
 // script look at the old value (replay, in progress, mismatch, takeover, or
 // a stub) and, if it acquires, SET it again. A fresh claim's reply is one
-// integer; a record travels back only when the claim did not acquire.
+// integer, and so is the reply of a call whose claims were all fresh (the
+// token; Go derives each lease from it), or whose completions all succeeded;
+// a record travels back only when a claim did not acquire.
 //
 // # Batched claims
 //
@@ -159,8 +161,8 @@
 // Release or Delete following a backward clock step of up to an hour.
 // Purge removes nothing (see below), so it cannot lower a token either.
 // Tokens are large numbers (about 1.7e15 in 2025); they fit an int64 and a
-// Lua double exactly, and the scripts format them with %.0f so Redis does
-// not round them.
+// Lua double exactly, and the scripts format them with %d (a 64-bit C long
+// in Redis's Lua) so Redis does not round them.
 //
 // # Retention and Purge
 //

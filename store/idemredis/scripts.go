@@ -84,7 +84,8 @@ local now = (tok - tok % 1000) / 1000
 local le = now + ARGV[2]
 local ex = le + ARGV[1]
 local pxat = string.format('%d', ex)
-local function slow(k, cur, id)
+-- slow has no upvalues, so defining it costs one small allocation.
+local function slow(k, cur, id, tok, now, le, ex, pxat)
   if type(cur) == 'table' then
     cur = redis.pcall('GET', k)
     if type(cur) == 'table' then return cur end
@@ -123,7 +124,7 @@ for i = 1, #KEYS do
       out = {tok, now}
       for j = 1, i - 1 do out[j + 2] = 1 end
     end
-    out[i + 2] = slow(KEYS[i], cur, id)
+    out[i + 2] = slow(KEYS[i], cur, id, tok, now, le, ex, pxat)
   elseif out then
     out[i + 2] = 1
   end
@@ -143,30 +144,33 @@ return out or tok
 // value of another Redis type) that concerns that item alone.
 //
 // The record's bytes 5..56 (token, created, lease expiry) and 89.. (the
-// identity) are copied as they are; only the state and flags, the completed
-// time and the expiry are formatted.
+// identity) are copied as they are; the completed time is formatted once
+// per call and each expiry once (the record's 16-digit field is that text
+// padded with zeros). 112 is 'p', 49 the format byte '1'.
 const completeScript = `
 local t = redis.call('TIME')
 local now = t[1] * 1000 + (t[2] - t[2] % 1000) / 1000
+local nowtxt, zeros = string.format('%016d', now), '0000000000000000'
+local rpcall, sub, byte = redis.pcall, string.sub, string.byte
 local out
 for i = 1, #KEYS do
   local k, a = KEYS[i], 4 * i
-  local cur = redis.pcall('GET', k)
+  local cur = rpcall('GET', k)
   local r
   if type(cur) == 'table' then
     r = cur
   elseif not cur then
     r = 0
-  elseif #cur < 24 or string.byte(cur, 1) ~= 49 then
+  elseif #cur < 24 or byte(cur, 1) ~= 49 then
     r = -1
-  elseif string.sub(cur, 2, 2) ~= 'p' or string.sub(cur, 5, 24) ~= ARGV[a - 3] then
+  elseif byte(cur, 2) ~= 112 or sub(cur, 5, 24) ~= ARGV[a - 3] then
     r = 0
   elseif #cur < 127 then
     r = -1
   else
-    local ex = now + ARGV[a]
-    r = redis.pcall('SET', k, '1c' .. ARGV[a - 1] .. string.sub(cur, 5, 56) ..
-      string.format('%016d%016d', now, ex) .. string.sub(cur, 89) .. ARGV[a - 2], 'PXAT', string.format('%d', ex))
+    local ex = string.format('%d', now + ARGV[a])
+    r = rpcall('SET', k, '1c' .. ARGV[a - 1] .. sub(cur, 5, 56) .. nowtxt .. sub(zeros .. ex, -16) ..
+      sub(cur, 89) .. ARGV[a - 2], 'PXAT', ex)
     if not r.err then r = 1 end
   end
   if r ~= 1 and not out then
