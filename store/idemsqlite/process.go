@@ -160,9 +160,11 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 	}
 	m := &processMember{s: s, ctx: ctx, msg: msg, fn: fn, turn: make(chan *sql.Tx), back: make(chan error)}
 	done := make(chan error, 1)
-	// The write queue's leader runs the shared transaction and calls
-	// m.share when m's turn comes; it runs on this goroutine so that fn
-	// runs on the caller's, where its panics belong.
+	// The write queue's leader (this call's helper goroutine or another
+	// call's) runs the shared transaction and, when m's turn comes, hands
+	// it over through m.share; m.take then runs on this goroutine, the
+	// caller's, so that fn sees the caller's goroutine and its panics
+	// reach the caller.
 	go func() { done <- s.inSharedTx(ctx, "process", false, m.share) }()
 	for {
 		select {
@@ -171,7 +173,9 @@ func (s *Store) Process(ctx context.Context, msg idem.Message, fn func(ctx conte
 		case err := <-done:
 			if err != nil && err != errRollback {
 				// Never run (ctx ended in the queue, the store closed), or
-				// the shared transaction failed: nothing of m committed.
+				// the shared transaction failed: its commit (nothing of m
+				// was recorded), or it ended under a handler (the error
+				// wraps idem.ErrCommitUnknown).
 				return "", err
 			}
 			return m.res, m.err
