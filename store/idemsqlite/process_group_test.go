@@ -349,3 +349,74 @@ func TestProcessSharedConformance(t *testing.T) {
 		return sharedEnv{newProcessEnv(t).(processEnv)}
 	})
 }
+
+// Process calls, claims and completions running at once share
+// transactions with one another: every delivery settles (Processed once per
+// key, Duplicate for the rest), every claim acquires and completes, and no
+// call hangs.
+func TestProcessSharesWithClaimsAndCompletions(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, nil)
+	createEffects(t, s.DB())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const consumers, perConsumer, claimers, perClaimer = 24, 20, 8, 20
+	var (
+		mu        sync.Mutex
+		processed = map[string]int{}
+		wg        sync.WaitGroup
+	)
+	for c := range consumers {
+		wg.Go(func() {
+			for i := range perConsumer {
+				// Neighbouring consumers deliver some keys twice.
+				key := fmt.Sprint("m", c*perConsumer+i)
+				if i%3 == 0 && c > 0 {
+					key = fmt.Sprint("m", (c-1)*perConsumer+i)
+				}
+				out, err := s.Process(ctx, idem.Message{Scope: "mixed", Key: key}, func(ctx context.Context, tx *sql.Tx) error {
+					return insertEffect(ctx, tx, key)
+				})
+				if err != nil || (out != idem.Processed && out != idem.Duplicate) {
+					t.Errorf("process %s: %v, %v", key, out, err)
+					return
+				}
+				if out == idem.Processed {
+					mu.Lock()
+					processed[key]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for c := range claimers {
+		wg.Go(func() {
+			for i := range perClaimer {
+				key := fmt.Sprint("c", c, "-", i)
+				cl, err := s.Claim(ctx, idem.ClaimRequest{Scope: "mixed-claims", Key: key, Lease: time.Minute})
+				if err != nil || cl.Outcome != idem.Acquired {
+					t.Errorf("claim %s: %+v, %v", key, cl, err)
+					return
+				}
+				if err := s.Complete(ctx, idem.CompleteRequest{Scope: "mixed-claims", Key: key, Token: cl.Token, Result: []byte("ok"), Retention: time.Hour}); err != nil {
+					t.Errorf("complete %s: %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	effects, err := countEffects(ctx, s.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, n := range processed {
+		if n != 1 || effects[key] != 1 {
+			t.Errorf("%s: Processed %d times, %d effects; want 1 and 1", key, n, effects[key])
+		}
+	}
+	if len(effects) != len(processed) {
+		t.Errorf("%d keys with effects, %d Processed", len(effects), len(processed))
+	}
+	t.Logf("%d shared transactions", s.batches.Load())
+}
