@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/internal/statetable"
@@ -155,6 +156,16 @@ func withTable[A comparable](cmd *cobra.Command, cfg *storeConfig, table string,
 		}
 		return fmt.Errorf("the store %s has no %s (the %s needs sqlite://, postgres:// or mysql://)", redactDSN(cfg.DSN), table, table)
 	})
+}
+
+// jsonPayload is a payload in a row's JSON: text when it is valid UTF-8,
+// else bytes for "payload_base64".
+func jsonPayload(b []byte) (text *string, binary []byte) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	return nil, b
 }
 
 // statJSON is one element of "<table> stats --json".

@@ -113,12 +113,7 @@ func inboxRowToJSON(r inbox.Row, withPayload bool) inboxRowJSON {
 		j.Fingerprint = r.Fingerprint.String()
 	}
 	if withPayload {
-		if utf8.Valid(r.Payload) {
-			p := string(r.Payload)
-			j.Payload = &p
-		} else {
-			j.PayloadBase64 = r.Payload
-		}
+		j.Payload, j.PayloadBase64 = jsonPayload(r.Payload)
 	}
 	return j
 }

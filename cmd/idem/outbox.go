@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/outbox"
@@ -86,12 +85,7 @@ func outboxRowToJSON(r outbox.Row, withPayload bool) outboxRowJSON {
 		LastAttemptAt: jsonTime(r.LastAttemptAt), FinishedAt: jsonTime(r.FinishedAt), PayloadBytes: len(r.Payload)}
 	if withPayload {
 		j.Headers = r.Headers
-		if utf8.Valid(r.Payload) {
-			p := string(r.Payload)
-			j.Payload = &p
-		} else {
-			j.PayloadBase64 = r.Payload
-		}
+		j.Payload, j.PayloadBase64 = jsonPayload(r.Payload)
 	}
 	return j
 }
