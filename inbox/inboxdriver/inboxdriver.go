@@ -7,7 +7,9 @@
 // The data types users see (Message, Row, Attempt, State, StateCount,
 // ListRequest, Select, Admin and the limits) are declared here so that the
 // engine and the drivers share them; package inbox re-exports them under
-// the same names, and users need not import this package.
+// the same names, and users need not import this package. StateCount,
+// ListRequest, Select and Lease are aliases of the state-table types the
+// outbox shares (over its own State for the first two).
 package inboxdriver
 
 import (

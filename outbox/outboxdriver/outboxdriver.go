@@ -7,7 +7,9 @@
 // The data types users see (Event, Row, State, StateCount, ListRequest,
 // Select, Admin and the limits) are declared here so that the relay and the
 // drivers share them; package outbox re-exports them under the same names,
-// and users need not import this package.
+// and users need not import this package. StateCount, ListRequest, Select
+// and Lease are aliases of the state-table types the inbox shares (over its
+// own State for the first two).
 package outboxdriver
 
 import (
