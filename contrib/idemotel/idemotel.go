@@ -174,6 +174,11 @@ type Telemetry struct {
 	// topics are the topics of Options.OutboxTopics; nil: no topic
 	// attribute on the outbox metrics.
 	topics map[string]bool
+	// outboxSets caches the attribute sets of the outbox measurements by
+	// outboxSetKey (bounded: relay labels × outcome labels × topic
+	// labels), since an attribute set costs allocations and a sort, and
+	// the relay reports every event.
+	outboxSets *sync.Map
 
 	deliveries    metric.Int64Counter
 	handle        metric.Float64Histogram
@@ -266,6 +271,7 @@ func New(opts *Options) (*Telemetry, error) {
 		guardLabel: defaultGuard,
 		relay:      defaultGuard,
 		topics:     topics,
+		outboxSets: new(sync.Map),
 		deliveries: counter("idem.consumer.deliveries", "{delivery}",
 			"Deliveries handled by a consume.Engine, by outcome."),
 		handle: histogram("idem.consumer.handle.duration",
@@ -811,6 +817,34 @@ func (t *Telemetry) withTopic(topic string, attrs ...attribute.KeyValue) []attri
 	return append(attrs, semconv.MessagingDestinationName(topic))
 }
 
+// outboxSetKey names the attribute sets of one outbox measurement.
+type outboxSetKey struct{ relay, outcome, topic string }
+
+// outboxMeasurement are the attribute sets of an event's measurements.
+type outboxMeasurement struct {
+	event, time, lag metric.MeasurementOption
+}
+
+// outboxSet returns the attribute sets of an event's measurements, made
+// once per relay, outcome and topic label.
+func (t *Telemetry) outboxSet(relay, outcome, topic string) outboxMeasurement {
+	if t.topics != nil && !t.topics[topic] {
+		topic = Other
+	}
+	k := outboxSetKey{relay, outcome, topic}
+	if m, ok := t.outboxSets.Load(k); ok {
+		return m.(outboxMeasurement)
+	}
+	r, o := attrRelay.String(relay), attrOutcome.String(outcome)
+	m := outboxMeasurement{
+		event: metric.WithAttributes(t.withTopic(topic, r, o)...),
+		time:  metric.WithAttributes(r, o),
+		lag:   metric.WithAttributes(t.withTopic(topic, r)...),
+	}
+	t.outboxSets.Store(k, m)
+	return m
+}
+
 // outboxBatch is the span of one published batch, in the context its start
 // hook returned, and what the end hooks have reported of it so far: the
 // relay calls the end hook once per event, and the last one ends the span.
@@ -1002,19 +1036,19 @@ func (t *Telemetry) OnPublishEnd(ctx context.Context, r outbox.Result) {
 	}
 	sctx := trace.ContextWithSpan(ctx, b.span)
 
-	relay := attrRelay.String(t.relayLabel(t.relay))
-	o := attrOutcome.String(outcome)
-	t.outboxEvents.Add(sctx, 1, metric.WithAttributes(t.withTopic(r.Message.Topic, relay, o)...))
+	relay := t.relayLabel(t.relay)
+	set := t.outboxSet(relay, outcome, r.Message.Topic)
+	t.outboxEvents.Add(sctx, 1, set.event)
 	if r.Duration > 0 {
-		t.outboxTime.Record(sctx, r.Duration.Seconds(), metric.WithAttributes(relay, o))
+		t.outboxTime.Record(sctx, r.Duration.Seconds(), set.time)
 	}
 	switch r.Outcome {
 	case idem.Processed:
 		if !r.Message.CreatedAt.IsZero() {
 			lag := max(time.Since(r.Message.CreatedAt), 0)
-			t.outboxLag.Record(sctx, lag.Seconds(), metric.WithAttributes(t.withTopic(r.Message.Topic, relay)...))
+			t.outboxLag.Record(sctx, lag.Seconds(), set.lag)
 		}
 	case idem.DeadLettered:
-		t.outboxDead.Add(sctx, 1, metric.WithAttributes(t.withTopic(r.Message.Topic, relay, attrReason.String(hooklabel.DeadReason(r.DeadReason)))...))
+		t.outboxDead.Add(sctx, 1, metric.WithAttributes(t.withTopic(r.Message.Topic, attrRelay.String(relay), attrReason.String(hooklabel.DeadReason(r.DeadReason)))...))
 	}
 }
