@@ -76,7 +76,8 @@
 //
 // The outbox metrics are per event, once per publish attempt:
 // idem.outbox.publish.duration is the time the relay spent on the event's
-// batch, claim to recorded outcome; idem.outbox.lag (boundaries 10ms to
+// batch once claimed, the publish and then the sent or failed mark
+// (Result.Duration); idem.outbox.lag (boundaries 10ms to
 // an hour, [Options.LagBuckets]) the time from the event's creation to
 // the relay marking it sent, measured for sent events only. The creation
 // time is the store's (on PostgreSQL and MySQL the database's clock, on

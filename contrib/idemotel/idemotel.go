@@ -297,7 +297,7 @@ func New(opts *Options) (*Telemetry, error) {
 		outboxEvents: counter("idem.outbox.events", "{event}",
 			"Outbox events an outbox.Relay published or tried to, by relay name and outcome."),
 		outboxTime: histogram("idem.outbox.publish.duration",
-			"Time an outbox.Relay spent on each event's batch, from the claim to the recorded outcome, by relay name and outcome. One measurement per event."),
+			"Time an outbox.Relay spent on each event's batch, from the claimed rows to the recorded outcome (publish, then the sent or failed mark), by relay name and outcome. One measurement per event."),
 		outboxLag: histogramIn(o.LagBuckets, "idem.outbox.lag",
 			"Time from an outbox event's creation (the store's clock) to the relay marking it sent, by relay name. One measurement per event sent."),
 		outboxDead: counter("idem.outbox.dead_letters", "{event}",

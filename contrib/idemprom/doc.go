@@ -68,8 +68,9 @@
 // idem_outbox_events_total counts every event of every batch a relay
 // published, once per attempt: an event retried twice and then sent
 // counts retried twice and processed once. idem_outbox_publish_seconds is
-// the time the relay spent on the event's batch, from the claim to the
-// recorded outcome, observed once per event (so its quantiles are per
+// the time the relay spent on the event's batch once claimed: the
+// publish, then the sent or failed mark (Result.Duration; the claim's own
+// query is not in it), observed once per event (so its quantiles are per
 // event, and a batch of 100 weighs 100 times). idem_outbox_lag_seconds is
 // the time from the event's creation to the relay marking it sent,
 // observed once per event sent: it is what a consumer waits beyond the

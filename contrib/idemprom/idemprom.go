@@ -215,7 +215,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 		outboxEvents: counter("outbox", "events_total",
 			"Outbox events an outbox.Relay published or tried to, by relay name and outcome.", eventLabels...),
 		outboxSecs: histogram("outbox", "publish_seconds",
-			"Time an outbox.Relay spent on each event's batch, from the claim to the recorded outcome, by relay name and outcome. One observation per event.", "relay", "outcome"),
+			"Time an outbox.Relay spent on each event's batch, from the claimed rows to the recorded outcome (publish, then the sent or failed mark), by relay name and outcome. One observation per event.", "relay", "outcome"),
 		outboxLag: histogramIn(o.LagBuckets, "outbox", "lag_seconds",
 			"Time from an outbox event's creation (the store's clock) to the relay marking it sent, by relay name. One observation per event sent.", lagLabels...),
 		outboxDead: counter("outbox", "dead_letters_total",
