@@ -40,7 +40,7 @@ func consumerScenarios(perMessage, batched int) []*Scenario {
 		}
 		row("bare handler, no dedupe", RoleCeiling, batched, "duplicates run twice", prepBareConsumer)
 		row("Watermill Deduplicator (map repository)", RolePeer, batched, "in memory: NOT durable; marks before running", prepWatermill)
-		row("idem Process (SQLite)", RoleIdem, perMessage, "durable: one fsync'd transaction per message", prepConsumerProcess)
+		row("idem Process (SQLite)", RoleIdem, perMessage, "durable: concurrent calls share one fsync'd commit", prepConsumerProcess)
 		row("idem ProcessBatch ×100 (SQLite)", RoleIdem, batched, "durable", prepConsumerBatch)
 	}
 	return out
