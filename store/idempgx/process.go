@@ -110,7 +110,8 @@ func (s *Store) ProcessTx(ctx context.Context, tx pgx.Tx, msg idem.Message) (ide
 			}
 		}
 		if !seen {
-			// Committed by another transaction after the statement began
+			// A takeover insert reads nothing; the first one misses a record
+			// committed by another transaction after the statement began
 			// (its snapshot did not hold it), or deleted meanwhile.
 			rec, err := scanRecord(tx.QueryRow(ctx, s.q.getLive, msg.Scope, msg.Key), &e.Live, &e.Expired)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -246,9 +247,11 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 			return nil, idem.Retryable(fmt.Errorf("idempgx: process batch: records kept changing under %d attempts", maxRaceRetries))
 		}
 		var err error
-		// The first pass takes over no row, so a duplicate takes no row
-		// lock; later ones take over expired rows, or raced.
-		if pending, err = s.insertBatch(ctx, tx, attempt == 0, msgs, pending, results, stored); err != nil {
+		query := s.q.processBatchNew // first pass: duplicates take no row lock
+		if attempt > 0 {
+			query = s.q.processBatch // rows to take over, or raced
+		}
+		if pending, err = s.insertBatch(ctx, tx, query, msgs, pending, results, stored); err != nil {
 			return nil, err
 		}
 	}
@@ -265,18 +268,7 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 // insertBatch inserts the dedupe rows of msgs[pending...], fills results
 // and stored for the ones it settles, and returns those that raced with an
 // expiry or deletion and must be inserted again.
-//
-// The first pass (first) takes over no row, so a duplicate takes no row
-// lock; a later one takes expired rows over (processBatch). When the last
-// first pass met existing records, and so this one likely will, it reads
-// them in the same statement (processBatchFirst), planned for its
-// arguments every time (see lookupBatch), which saves the second
-// statement and its round trip. Otherwise it runs the cached insert alone
-// (processBatchNew), with no planning, and looks the conflicted records up
-// after. The partitioned layout always takes the second way: its lock goes
-// in the same round trip as the insert, as one pipelined batch, which
-// cannot choose how each statement is planned.
-func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, first bool, msgs []idem.Message, pending []int, results []idem.Outcome, stored map[int]storekit.Existing) ([]int, error) {
+func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs []idem.Message, pending []int, results []idem.Outcome, stored map[int]storekit.Existing) ([]int, error) {
 	scopes := make([]string, len(pending))
 	keys := make([]string, len(pending))
 	fps := make([][]byte, len(pending))
@@ -285,48 +277,16 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, first bool, msgs []i
 		m := &msgs[i]
 		scopes[n], keys[n], fps[n], rets[n] = m.Scope, m.Key, m.Fingerprint[:], micros(m.RetentionOrDefault())
 	}
-	folded := first && s.q.lockShared == "" && s.batchDups.Load()
-	var (
-		rows pgx.Rows
-		done = func() error { return nil }
-		err  error
-	)
-	switch {
-	case folded:
-		rows, err = tx.Query(ctx, s.q.processBatchFirst, pgx.QueryExecModeExec, scopes, keys, fps, rets)
-	case first:
-		rows, done, err = s.writeRows(ctx, tx, s.q.processBatchNew, scopes, keys, fps, rets)
-	default:
-		rows, done, err = s.writeRows(ctx, tx, s.q.processBatch, scopes, keys, fps, rets)
-	}
+	rows, done, err := s.writeRows(ctx, tx, query, scopes, keys, fps, rets)
 	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}
 	fresh := make(map[recordRef]bool, len(pending))
-	found := make(map[recordRef]storekit.Existing)
-	var (
-		ref           recordRef
-		state         *string
-		fp            []byte
-		live, expired *bool
-	)
-	if folded {
-		_, err = pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &live, &expired}, func() error {
-			if state == nil {
-				fresh[ref] = true
-				return nil
-			}
-			e := storekit.Existing{State: idem.State(*state), Live: *live, Expired: *expired}
-			copy(e.Fingerprint[:], fp)
-			found[ref] = e
-			return nil
-		})
-	} else {
-		_, err = pgx.ForEachRow(rows, []any{&ref.scope, &ref.key}, func() error {
-			fresh[ref] = true
-			return nil
-		})
-	}
+	var ref recordRef
+	_, err = pgx.ForEachRow(rows, []any{&ref.scope, &ref.key}, func() error {
+		fresh[ref] = true
+		return nil
+	})
 	if derr := done(); err == nil {
 		err = derr
 	}
@@ -334,38 +294,42 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, first bool, msgs []i
 		return nil, s.wrap("process batch", err)
 	}
 	var conflicted []int
-	unseen := 0
 	for _, i := range pending {
 		m := &msgs[i]
-		ref := recordRef{m.Scope, m.Key}
-		if fresh[ref] {
+		if fresh[recordRef{m.Scope, m.Key}] {
 			results[i] = idem.Processed
-			continue
+		} else {
+			conflicted = append(conflicted, i)
 		}
-		conflicted = append(conflicted, i)
-		if _, ok := found[ref]; !ok {
-			unseen++
-		}
-	}
-	if first && s.q.lockShared == "" && s.batchDups.Load() != (len(conflicted) > 0) {
-		s.batchDups.Store(len(conflicted) > 0)
 	}
 	if len(conflicted) == 0 {
 		return nil, nil
 	}
-	if unseen > 0 {
-		// Records the statement did not read: every conflicted one but
-		// after a folded first pass, and then those committed by other
-		// transactions after it began (or deleted meanwhile).
-		scopes, keys = scopes[:0], keys[:0]
-		for _, i := range conflicted {
-			if _, ok := found[recordRef{msgs[i].Scope, msgs[i].Key}]; !ok {
-				scopes, keys = append(scopes, msgs[i].Scope), append(keys, msgs[i].Key)
-			}
-		}
-		if err := s.lookupBatch(ctx, tx, scopes, keys, found); err != nil {
-			return nil, err
-		}
+
+	scopes, keys = scopes[:0], keys[:0]
+	for _, i := range conflicted {
+		scopes, keys = append(scopes, msgs[i].Scope), append(keys, msgs[i].Key)
+	}
+	// Planned for its actual arguments each time: a cached generic plan
+	// made while the table was small keeps a sequential scan as the table
+	// grows, and was measured to triple this statement's cost at random.
+	rows, err = tx.Query(ctx, s.q.processLookup, pgx.QueryExecModeExec, scopes, keys)
+	if err != nil {
+		return nil, s.wrap("process batch", err)
+	}
+	found := make(map[recordRef]storekit.Existing, len(conflicted))
+	var (
+		e     storekit.Existing
+		state string
+		fp    []byte
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &e.Live, &e.Expired}, func() error {
+		e.State = idem.State(state)
+		copy(e.Fingerprint[:], fp)
+		found[ref] = e
+		return nil
+	}); err != nil {
+		return nil, s.wrap("process batch", err)
 	}
 	var again []int
 	for _, i := range conflicted {
@@ -388,32 +352,6 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, first bool, msgs []i
 		}
 	}
 	return again, nil
-}
-
-// lookupBatch reads the records of (scopes[n], keys[n]) into found.
-func (s *Store) lookupBatch(ctx context.Context, tx pgx.Tx, scopes, keys []string, found map[recordRef]storekit.Existing) error {
-	// Planned for its actual arguments each time: a cached generic plan
-	// made while the table was small keeps a sequential scan as the table
-	// grows, and was measured to triple this statement's cost at random.
-	rows, err := tx.Query(ctx, s.q.processLookup, pgx.QueryExecModeExec, scopes, keys)
-	if err != nil {
-		return s.wrap("process batch", err)
-	}
-	var (
-		ref   recordRef
-		e     storekit.Existing
-		state string
-		fp    []byte
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&ref.scope, &ref.key, &state, &fp, &e.Live, &e.Expired}, func() error {
-		e.State = idem.State(state)
-		copy(e.Fingerprint[:], fp)
-		found[ref] = e
-		return nil
-	}); err != nil {
-		return s.wrap("process batch", err)
-	}
-	return nil
 }
 
 // inTx runs fn in a transaction from the pool and commits if fn asks to.

@@ -9,11 +9,10 @@ type queries struct {
 	claim, getLive, get, complete, release, extend, delete, purge string
 	processOne, processOneNew, processBatch, processBatchNew      string
 	processLookup                                                 string
-	// processOneFirst and processBatchFirst are processOneNew and
-	// processBatchNew with the lookup of the records they did not insert
-	// folded in (see firstPass).
-	processOneFirst, processBatchFirst string
-	listAll, listScope                 string
+	// processOneFirst is processOneNew with the lookup of the record that
+	// stopped the insert folded in (see firstPass).
+	processOneFirst    string
+	listAll, listScope string
 	// lockShared, in the partitioned layout, is the statement sent just
 	// before every write that may create a record (see partition.go); empty
 	// in the plain layout.
@@ -35,40 +34,33 @@ func newQueries(schema string, partitioned bool) queries {
 	} else {
 		q = newPlainQueries(schema)
 	}
-	q.processOneFirst, q.processBatchFirst = firstPass(pgx.Identifier{schema, "idem_records"}.Sanitize(), q.processOneNew, q.processBatchNew)
+	q.processOneFirst = firstPass(pgx.Identifier{schema, "idem_records"}.Sanitize(), q.processOneNew)
 	return q
 }
 
-// firstPass folds the lookup of the existing records into the first-try
-// inserts one and batch (processOneNew, processBatchNew), so that a
-// duplicate costs one statement, not two. Each returns one row per
-// message: (for the batch: scope, key,) then state, fingerprint, live
-// lease, expired — state NULL for a record the statement inserted.
+// firstPass folds the lookup of the existing record into one, the first
+// try's insert (processOneNew), so that a duplicate costs one statement,
+// not two. It returns one row: the record's state, fingerprint, live lease
+// and expired, state NULL when the statement inserted the record.
 //
 // The lookup reads the statement's snapshot, which does not hold a record
 // that a concurrent transaction committed after the statement began: the
 // insert then waited for that transaction, conflicted with its record and
 // inserted nothing, and the lookup finds nothing either. The caller looks
-// such a message up again with a statement of its own (getLive,
-// processLookup), whose snapshot is newer. A record that was deleted after
-// the snapshot can be both inserted and seen; the insert wins.
-func firstPass(t, one, batch string) (string, string) {
-	const cols = `r.state, r.fingerprint, coalesce(r.lease_expires_at > now(), false), r.expires_at <= now()`
-	one = `WITH ins AS (` + one + `)
+// such a message up again with a statement of its own (getLive), whose
+// snapshot is newer. A record deleted after the snapshot can be both
+// inserted and seen; the insert wins.
+//
+// ProcessBatch keeps two statements: folded, its lookup joins the batch's
+// keys with the table, a plan that must not be cached (see insertBatch in
+// process.go), and planning the insert with it on every call was measured
+// slower than the cached insert and a separate lookup.
+func firstPass(t, one string) string {
+	return `WITH ins AS (` + one + `)
 SELECT NULL::text, NULL::bytea, NULL::boolean, NULL::boolean FROM ins
 UNION ALL
-SELECT ` + cols + `
+SELECT r.state, r.fingerprint, coalesce(r.lease_expires_at > now(), false), r.expires_at <= now()
 FROM ` + t + ` AS r WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT FROM ins)`
-	// Only the keys that were not inserted are looked up (a hashed
-	// subplan over ins): a fresh key would cost an index probe for
-	// nothing.
-	batch = `WITH ins AS (` + batch + `)
-SELECT ins.scope, ins.key, NULL::text, NULL::bytea, NULL::boolean, NULL::boolean FROM ins
-UNION ALL
-SELECT r.scope, r.key, ` + cols + `
-FROM unnest($1::text[], $2::text[]) AS l(scope, key) JOIN ` + t + ` AS r ON r.scope = l.scope AND r.key = l.key
-WHERE (l.scope, l.key) NOT IN (SELECT ins.scope, ins.key FROM ins)`
-	return one, batch
 }
 
 func newPlainQueries(schema string) queries {

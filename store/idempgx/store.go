@@ -76,10 +76,6 @@ type Store struct {
 	maxConns        int
 	holderAcquires  atomic.Int64
 	holderWaitNanos atomic.Int64
-
-	// batchDups says that the last first pass of a batch met existing
-	// records (see insertBatch).
-	batchDups atomic.Bool
 }
 
 var (
