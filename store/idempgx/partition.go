@@ -48,6 +48,10 @@ const (
 	defaultInterval = 24 * time.Hour
 )
 
+// detachMark is the comment Maintain puts on a partition it is about to
+// detach and drop.
+const detachMark = "idem: expired partition, being dropped by Maintain"
+
 var partitionName = regexp.MustCompile(`^idem_records_p([0-9]+)$`)
 
 // ErrNotPartitioned is returned by [Store.Maintain] and [Store.Partitions]
@@ -392,6 +396,26 @@ func (s *Store) Maintain(ctx context.Context, opts *MaintainOptions) (MaintainRe
 	if err != nil {
 		return rep, err
 	}
+	// Partitions that an earlier call detached and did not drop (stopped
+	// in between, or its detach completed as its context ended): marked
+	// before their detach, so a partition detached by hand is left alone.
+	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = to_regnamespace($1) AND c.relkind = 'r' AND c.relname ~ '^idem_records_p[0-9]+$'
+	AND obj_description(c.oid, 'pg_class') = $2 AND NOT EXISTS (SELECT FROM pg_inherits WHERE inhrelid = c.oid)`,
+		pgx.Identifier{s.schema}.Sanitize(), detachMark)
+	if err != nil {
+		return rep, s.wrap("maintain: detached partitions", err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return rep, s.wrap("maintain: detached partitions", err)
+	}
+	for _, name := range left {
+		if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+s.table(name)); err != nil {
+			return rep, s.wrap("maintain: drop "+name, err)
+		}
+		rep.Dropped = append(rep.Dropped, name)
+	}
 	for _, p := range parts {
 		if p.Bucket >= rep.Current {
 			continue
@@ -563,6 +587,14 @@ func (s *Store) dropIfExpired(ctx context.Context, p PartitionInfo, timeout time
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "RESET lock_timeout")
 	}()
+	// The mark lets a later call finish the drop should this one stop
+	// after the detach.
+	if _, err := conn.Exec(ctx, `COMMENT ON TABLE `+pt+` IS '`+detachMark+`'`); err != nil {
+		if isLockTimeout(err) {
+			return false, nil
+		}
+		return false, s.wrap("maintain: mark "+p.Name, err)
+	}
 	// CONCURRENTLY: the parent stays open to the writes; FINALIZE ends a
 	// detach that an earlier call began and did not finish.
 	detach := `ALTER TABLE ` + s.table("idem_records") + ` DETACH PARTITION ` + pt + ` CONCURRENTLY`
@@ -582,8 +614,9 @@ func (s *Store) dropIfExpired(ctx context.Context, p PartitionInfo, timeout time
 			return false, s.wrap("maintain: detach "+p.Name, err)
 		}
 	}
-	// IF EXISTS: another Maintain may drop it too.
-	if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS `+pt); err != nil {
+	// IF EXISTS: another Maintain may drop it too. Not cut short by ctx:
+	// p is detached, and the drop of a table nothing uses is quick.
+	if _, err := conn.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS `+pt); err != nil {
 		return false, s.wrap("maintain: drop "+p.Name, err)
 	}
 	return true, nil

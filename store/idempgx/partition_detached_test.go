@@ -71,3 +71,36 @@ func TestPartitionedMaintainFinishesAnotherDetach(t *testing.T) {
 		t.Error("the detached p0 was left behind")
 	}
 }
+
+// TestPartitionedMaintainDropsItsDetachedLeftover: a Maintain that stopped
+// between its DETACH and its DROP (a context ended, a process killed) left
+// a detached partition, no longer listed among the partitions; the next
+// Maintain drops it. A partition detached by hand (no mark) is left alone.
+func TestPartitionedMaintainDropsItsDetachedLeftover(t *testing.T) {
+	for _, marked := range []bool{true, false} {
+		s := newPartitionedStore(t, nil)
+		ctx := ctxT(t)
+		pool := testPool(t)
+		p0 := qualified(s, "idem_records_p0")
+		if marked {
+			// What Maintain does before its detach.
+			if _, err := pool.Exec(ctx, `COMMENT ON TABLE `+p0+` IS 'idem: expired partition, being dropped by Maintain'`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := pool.Exec(ctx, `ALTER TABLE `+qualified(s, "idem_records")+` DETACH PARTITION `+p0+` CONCURRENTLY`); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := s.Maintain(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exists bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, p0).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		if exists == marked || slices.Contains(rep.Dropped, "idem_records_p0") != marked {
+			t.Errorf("marked %v: p0 exists %v after Maintain, report %+v", marked, exists, rep)
+		}
+	}
+}
