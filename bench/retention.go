@@ -178,10 +178,24 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 			wg.Wait()
 			rate := float64(len(st.Keys)) / time.Since(start).Seconds()
 			held := t.expired
+			// A filled partition is retired once it left the table: the
+			// Maintain that the run's end stopped may have detached (and
+			// dropped) it without reporting so.
 			rowsRetired := res.rows
-			for _, name := range res.dropped {
-				rowsRetired += t.filled[name]
-				delete(t.filled, name)
+			var orphans []string
+			for name, n := range t.filled {
+				attached, exists, aerr := t.attached(context.WithoutCancel(ctx), name)
+				if aerr != nil {
+					err = errors.Join(err, aerr)
+					break
+				}
+				if !attached {
+					rowsRetired += n
+					delete(t.filled, name)
+					if exists {
+						orphans = append(orphans, name)
+					}
+				}
 			}
 			t.expired -= rowsRetired
 			runs++
@@ -191,7 +205,11 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 				if retire {
 					what = fmt.Sprintf("retention ran %v beside the claims and retired %d expired rows", took.Round(time.Millisecond), rowsRetired)
 					if partitioned {
-						what += fmt.Sprintf(" (%d partitions dropped)", len(res.dropped))
+						what += fmt.Sprintf(" (Maintain reported %d partitions dropped", len(res.dropped))
+						if len(orphans) > 0 {
+							what += fmt.Sprintf("; detached and NOT dropped: %v", orphans)
+						}
+						what += ")"
 					}
 				}
 				fmt.Fprintf(os.Stderr, "%s: run %d: %.0f claims/s; the table held %d expired rows and %d live; %s; size before %s, after %s\n",
@@ -379,6 +397,14 @@ func (t *retTable) fillRows(ctx context.Context, n int) error {
 	t.filled[name] = int64(n)
 	t.expired += int64(n)
 	return nil
+}
+
+// attached reports whether partition name is attached to the table, and
+// whether it exists at all.
+func (t *retTable) attached(ctx context.Context, name string) (attached, exists bool, err error) {
+	err = t.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_inherits WHERE inhrelid = to_regclass($1)), to_regclass($1) IS NOT NULL`,
+		pgx.Identifier{t.schema, name}.Sanitize()).Scan(&attached, &exists)
+	return attached, exists, err
 }
 
 // topUp adds n expired records to the plain table, indexes and all.
