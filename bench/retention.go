@@ -152,7 +152,11 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 			}
 			return nil
 		},
-		Exec: func(ctx context.Context, st Stream) error {
+		// Rate, not Exec: the clock stops when the last claim returned,
+		// before the retention beside it is stopped and waited for (a
+		// DROP of a 2 GB partition may still be finishing: that is not
+		// claim time).
+		Rate: func(ctx context.Context, st Stream) (float64, error) {
 			filled = false
 			start := time.Now()
 			var (
@@ -174,9 +178,9 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 				_, err := store.ProcessBatch(ctx, msgs[lo:hi], func(context.Context, pgx.Tx, []int) error { return nil })
 				return err
 			})
+			rate := float64(len(st.Keys)) / time.Since(start).Seconds()
 			stop()
 			wg.Wait()
-			rate := float64(len(st.Keys)) / time.Since(start).Seconds()
 			held := t.expired
 			// A filled partition is retired once it left the table: the
 			// Maintain that the run's end stopped may have detached (and
@@ -217,7 +221,7 @@ func prepRetention(ctx context.Context, env *Env, s *Scenario, rows int, partiti
 				err = errors.Join(err, serr)
 			}
 			live += int64(st.Distinct)
-			return errors.Join(err, retErr)
+			return rate, errors.Join(err, retErr)
 		},
 		After: func(ctx context.Context, st Stream) error {
 			var n int
