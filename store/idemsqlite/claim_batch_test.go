@@ -166,6 +166,7 @@ func TestHotStatementsPreparedOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	s.stmts.settle()
 	s.stmts.mu.Lock()
 	n := len(s.stmts.m)
 	s.stmts.mu.Unlock()
