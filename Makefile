@@ -57,7 +57,7 @@ bench-quick:
 
 ## demo: the README's main job.
 demo:
-	$(GO) run ./cmd/idem demo
+	$(GO) run ./cmd/idem/demo
 
 ## bench-report: the side-by-side comparison (idem vs textbook, River,
 ## Watermill and the raw ceilings) in one run against the same servers;

@@ -114,20 +114,20 @@ func TestColdStartSection(t *testing.T) {
 	if s := coldStartSection(t, nil); s != "" {
 		t.Errorf("section without a measurement:\n%s", s)
 	}
-	slow := &bench.ColdStart{Package: "./cmd/idem", Wall: 83600 * time.Millisecond,
+	slow := &bench.ColdStart{Package: "./cmd/idem/demo", Wall: 83600 * time.Millisecond,
 		User: 128 * time.Second, Sys: 26 * time.Second, Load: "0.05 0.10 0.20"}
 	s := coldStartSection(t, slow)
-	for _, want := range []string{"`go run ./cmd/idem demo`", "empty, temporary build cache",
-		"| `go build ./cmd/idem`, empty GOCACHE | 83.6 s (1m23.6s) | 128 s + 26 s = 154 s | 0.05 0.10 0.20 | < 60 s | **not met** |"} {
+	for _, want := range []string{"`go run ./cmd/idem/demo`", "empty, temporary build cache",
+		"| `go build ./cmd/idem/demo`, empty GOCACHE | 83.6 s (1m23.6s) | 128 s + 26 s = 154 s | 0.05 0.10 0.20 | < 60 s | **not met** |"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
 		}
 	}
-	fast := &bench.ColdStart{Package: "./cmd/idem", Wall: 41 * time.Second, User: 70 * time.Second, Sys: 9 * time.Second}
+	fast := &bench.ColdStart{Package: "./cmd/idem/demo", Wall: 41 * time.Second, User: 70 * time.Second, Sys: 9 * time.Second}
 	if s := coldStartSection(t, fast); !strings.Contains(s, "| 41.0 s | 70 s + 9 s = 79 s | n/a | < 60 s | met |") {
 		t.Errorf("fast build's row:\n%s", s)
 	}
-	failed := &bench.ColdStart{Package: "./cmd/idem", Wall: time.Second, Err: errors.New("go build: exit status 1: a | b\nmore")}
+	failed := &bench.ColdStart{Package: "./cmd/idem/demo", Wall: time.Second, Err: errors.New("go build: exit status 1: a | b\nmore")}
 	s = coldStartSection(t, failed)
 	if !strings.Contains(s, "Not measured: go build: exit status 1: a / b …") || strings.Contains(s, "| met |") {
 		t.Errorf("failed build's section:\n%s", s)
