@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -46,7 +47,13 @@ func proxyScenarios(n int) []*Scenario {
 			if err != nil {
 				return Run{}, err
 			}
-			return serveHTTP(env, s, httputil.NewSingleHostReverseProxy(target), false, up.check), nil
+			// The transport idem proxy uses by default: as many idle
+			// connections to the one upstream as net/http keeps in all.
+			rp := httputil.NewSingleHostReverseProxy(target)
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.MaxIdleConnsPerHost = tr.MaxIdleConns
+			rp.Transport = tr
+			return serveHTTP(env, s, rp, false, up.check), nil
 		}),
 		row(ProxyIdemFirst, RoleIdem, "claim + forward + complete (SQLite store)", idem(false)),
 		row(ProxyIdemReplay, RoleIdem, "replayed from the replay cache, upstream not called", idem(true)),

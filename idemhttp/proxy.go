@@ -41,7 +41,10 @@ const (
 // ProxyConfig configures [NewProxy]. A nil *ProxyConfig means the defaults.
 type ProxyConfig struct {
 	// Transport carries requests to the upstream. Default: a clone of
-	// http.DefaultTransport with ResponseHeaderTimeout set to Timeout.
+	// http.DefaultTransport with ResponseHeaderTimeout set to Timeout and
+	// up to 100 idle connections kept for the upstream (net/http keeps 2
+	// per host, so a proxy serving more concurrent requests than that
+	// would open and close a connection for nearly every request).
 	Transport http.RoundTripper
 	// Timeout bounds the wait for the upstream's response headers once the
 	// request is sent; past it the request's outcome is in doubt (see
@@ -150,6 +153,8 @@ func NewProxy(upstream *url.URL, mw *Middleware, cfg *ProxyConfig) (http.Handler
 	if c.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.ResponseHeaderTimeout = c.Timeout
+		// One upstream: it may keep every idle connection.
+		t.MaxIdleConnsPerHost = t.MaxIdleConns
 		// Count what goes out, so that a request the kernel took none of
 		// (the upstream reset the connection first) is known not to have
 		// been sent.

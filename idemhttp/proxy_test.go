@@ -242,3 +242,56 @@ func TestNewProxyErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProxyKeepsUpstreamConnections sends two rounds of 16 concurrent
+// requests (each round held at the upstream until all 16 arrived): the
+// second round must reuse the first round's connections. With net/http's
+// default of 2 idle connections per host it opened 14 new ones.
+func TestProxyKeepsUpstreamConnections(t *testing.T) {
+	t.Parallel()
+	const n = 16
+	var (
+		mu      sync.Mutex
+		opened  int
+		arrived = make(chan struct{}, n)
+		release = make(chan struct{})
+	)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			opened++
+			mu.Unlock()
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	srv := newProxy(t, up.URL, nil)
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				resp, _ := proxyPost(t, srv, fmt.Sprintf("conn-%d-%d", round, i), "Bearer a", "{}")
+				if resp.StatusCode != http.StatusCreated {
+					t.Errorf("status %d", resp.StatusCode)
+				}
+			})
+		}
+		for range n {
+			<-arrived
+		}
+		for range n {
+			release <- struct{}{}
+		}
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if opened > n+2 { // a request may start before the last one's connection is back
+		t.Errorf("the proxy opened %d connections to the upstream for 2 rounds of %d concurrent requests; want about %d", opened, n, n)
+	}
+}
