@@ -214,18 +214,29 @@ func (s *Store) checkEvictionPolicy(ctx context.Context, strict bool) error {
 // compares the scope and key stored in the record with the caller's. It is
 // computed in one stack buffer, since every call of every method needs it.
 func (s *Store) recordKey(scope, key string) string {
-	var buf [16 + idem.MaxScopeLen + idem.MaxKeyLen]byte
-	b := binary.BigEndian.AppendUint64(buf[:0], uint64(len(scope)))
+	// Hashed from a small stack buffer, and built in one allocation: this
+	// runs on every call, and zeroing a buffer sized for the longest scope
+	// and key, then copying the result into a string, was a sixth of
+	// Claim's client CPU (profiled in the benchmark report's Redis group).
+	var small [256]byte
+	b := small[:0]
+	if n := 16 + len(scope) + len(key); n > len(small) {
+		b = make([]byte, 0, n)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(len(scope)))
 	b = append(b, scope...)
 	b = binary.BigEndian.AppendUint64(b, uint64(len(key)))
 	b = append(b, key...)
 	sum := sha256.Sum256(b)
-	out := make([]byte, 0, len(s.prefix)+2+2*sha256.Size)
-	out = append(out, s.prefix...)
-	out = append(out, '{')
-	out = hex.AppendEncode(out, sum[:])
-	out = append(out, '}')
-	return string(out)
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	var out strings.Builder
+	out.Grow(len(s.prefix) + 2 + len(hx))
+	out.WriteString(s.prefix)
+	out.WriteByte('{')
+	out.Write(hx[:])
+	out.WriteByte('}')
+	return out.String()
 }
 
 // RecordKey returns the Redis key that holds the record of (scope, key),
