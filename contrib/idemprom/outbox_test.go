@@ -2,7 +2,6 @@ package idemprom
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -14,106 +13,14 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/outbox"
-	"github.com/idem-go/idem/outbox/outboxdriver"
 	"github.com/idem-go/idem/outbox/outboxtest"
-	"github.com/idem-go/idem/retry"
 	"github.com/idem-go/idem/shared/hooktest"
 )
-
-// relayDriver is the in-memory outbox with faults in MarkSent: lose makes
-// it mark nothing (another relay took the batch over), markErr makes the
-// statement fail.
-type relayDriver struct {
-	*outboxtest.Memory
-	mu      sync.Mutex
-	lose    bool
-	markErr error
-}
-
-func (d *relayDriver) set(lose bool, markErr error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.lose, d.markErr = lose, markErr
-}
-
-func (d *relayDriver) MarkSent(ctx context.Context, ls []outboxdriver.Lease) ([]int64, error) {
-	d.mu.Lock()
-	lose, markErr := d.lose, d.markErr
-	d.mu.Unlock()
-	if markErr != nil {
-		return nil, markErr
-	}
-	if lose {
-		return nil, nil
-	}
-	return d.Memory.MarkSent(ctx, ls)
-}
-
-// relayScenario runs a real outbox.Relay with hooks over the in-memory
-// outbox, one RunOnce per batch, so that every outcome the relay reports
-// occurs: processed (2, topic "orders"), retried (1), dead_lettered
-// (permanent, 1), lease_lost (1), not_recorded (1) and released (1, a hard
-// stop during the publish). Ids and keys contain "secret"; the topics are
-// "orders" and, for the events that are not processed, "secret-topic".
-func relayScenario(t *testing.T, hooks ...idem.Hook) {
-	t.Helper()
-	ctx := t.Context()
-	d := &relayDriver{Memory: outboxtest.NewMemory()}
-	var cancelRun context.CancelFunc
-	pub := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
-		errs := make([]error, len(msgs))
-		for i, m := range msgs {
-			switch {
-			case strings.HasPrefix(m.ID, "retry"):
-				errs[i] = errors.New("broker unavailable")
-			case strings.HasPrefix(m.ID, "perm"):
-				errs[i] = outbox.PermanentError(errors.New("message too large"))
-			case strings.HasPrefix(m.ID, "rel"):
-				cancelRun()
-				errs[i] = context.Canceled
-			}
-		}
-		return errs
-	})
-	r, err := outbox.NewRelay(d, pub, &outbox.Config{
-		Workers: 1, PurgeInterval: -1, Logger: hooktest.Quiet, Hooks: hooks,
-		// Failed events are not due again during the test.
-		Retry: &retry.Policy{Base: time.Hour, Cap: time.Hour, Jitter: retry.NoJitter, MaxAttempts: 10},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch := func(runCtx context.Context, evs ...outbox.Event) {
-		t.Helper()
-		if err := d.InTx(ctx, func(ctx context.Context, tx *outboxtest.MemoryTx) error {
-			return d.Write(ctx, tx, evs...)
-		}); err != nil {
-			t.Fatal(err)
-		}
-		n, err := r.RunOnce(runCtx)
-		if err != nil || n != len(evs) {
-			t.Fatalf("RunOnce = %d, %v; want %d", n, err, len(evs))
-		}
-	}
-	ev := func(id, topic string) outbox.Event {
-		return outbox.Event{ID: id, Topic: topic, Key: "secret-key-" + id, Payload: []byte("secret-payload")}
-	}
-	batch(ctx, ev("ok-secret-1", "orders"), ev("ok-secret-2", "orders"), ev("retry-secret-1", "secret-topic"), ev("perm-secret-1", "secret-topic"))
-	d.set(true, nil)
-	batch(ctx, ev("lost-secret-1", "secret-topic"))
-	d.set(false, errors.New("connection reset"))
-	batch(ctx, ev("nr-secret-1", "secret-topic"))
-	d.set(false, nil)
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cancelRun = cancel
-	batch(runCtx, ev("rel-secret-1", "secret-topic"))
-}
 
 func TestOutboxHookWithRealRelay(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, nil)
-	relayScenario(t, m)
+	hooktest.DriveOutbox(t, t.Context(), []idem.Hook{m})
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
 		"idem_outbox_events_total{outcome=processed,relay=default}":     2,
 		"idem_outbox_events_total{outcome=retried,relay=default}":       1,
@@ -138,7 +45,7 @@ func TestOutboxHookWithRealRelay(t *testing.T) {
 func TestOutboxTopicsAndRelayName(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, &Options{OutboxTopics: []string{"orders", "payments"}})
-	relayScenario(t, m.For("orders-relay"))
+	hooktest.DriveOutbox(t, t.Context(), []idem.Hook{m.For("orders-relay")})
 	got := series(t, reg)
 	hooktest.WantCounts(t, got, map[string]float64{
 		"idem_outbox_events_total{outcome=processed,relay=orders-relay,topic=orders}":       2,

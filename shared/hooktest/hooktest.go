@@ -2,7 +2,8 @@
 // implementation (contrib/idemprom, contrib/idemotel) see the events the
 // components really report: a consume.Engine over in-memory deliveries, the
 // idemhttp middleware under a ServeMux pattern, an inbox.Worker over an
-// in-memory backend, and a Guard over a MemoryStore. Each takes the hooks
+// in-memory backend, a Guard over a MemoryStore, and an outbox.Relay over
+// outboxtest.Memory with faults in its marks ([DriveOutbox]). Each takes the hooks
 // to install (the Hooks of the component's Config), so every metrics
 // module runs the same scenarios and asserts its own series.
 // [ReportDelivery], [ReportRun], [ReportRequest] and [ReportDo] report one
