@@ -53,3 +53,31 @@ func TestHotStmtsNeverWaitForAConnection(t *testing.T) {
 	}
 	h.settle()
 }
+
+// TestHotStmtsFailedPrepareIsNotCached: a statement that cannot be
+// prepared is not kept, and the next call tries again (the caller runs
+// the query as it is and meets the error there).
+func TestHotStmtsFailedPrepareIsNotCached(t *testing.T) {
+	t.Parallel()
+	db, err := OpenDB(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "hot.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var h hotStmts
+	for range 2 {
+		if h.stmt(db, "SELECT FROM nowhere") != nil {
+			t.Fatal("a statement that cannot be prepared was returned")
+		}
+		h.settle()
+		h.mu.Lock()
+		cached, preparing := len(h.m), len(h.preparing)
+		h.mu.Unlock()
+		if cached != 0 || preparing != 0 {
+			t.Fatalf("after a failed preparation: %d cached, %d preparing; want none", cached, preparing)
+		}
+	}
+	if err := h.close(); err != nil {
+		t.Fatal(err)
+	}
+}
