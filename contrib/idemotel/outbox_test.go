@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -265,49 +264,8 @@ func TestBadLagBuckets(t *testing.T) {
 func TestOutboxConcurrentRelay(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	ob := outboxtest.NewMemory()
 	const events = 300
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	done := make(chan struct{})
-	pub := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, m := range msgs {
-			seen[m.ID] = true
-		}
-		if len(seen) == events {
-			select {
-			case <-done:
-			default:
-				close(done)
-			}
-		}
-		return nil
-	})
-	relay, err := outbox.NewRelay(ob, pub, &outbox.Config{Workers: 3, BatchSize: 7, PollInterval: time.Millisecond,
-		PurgeInterval: -1, Logger: hooktest.Quiet, Hooks: []idem.Hook{r.tel, r.tel.For("second")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := relay.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	for i := range events {
-		if err := ob.InTx(t.Context(), func(ctx context.Context, tx *outboxtest.MemoryTx) error {
-			return ob.Write(ctx, tx, outbox.Event{ID: fmt.Sprintf("e-%d", i), Topic: "t"})
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the relay did not publish every event")
-	}
-	if err := relay.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	hooktest.DriveConcurrentOutbox(t, []idem.Hook{r.tel, r.tel.For("second")}, events)
 	hooktest.WantCounts(t, r.points(t), map[string]float64{
 		"idem.outbox.events{idem.outcome=processed,idem.relay=default}": events,
 		"idem.outbox.events{idem.outcome=processed,idem.relay=second}":  events,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/outbox"
-	"github.com/idem-go/idem/outbox/outboxtest"
 	"github.com/idem-go/idem/shared/hooktest"
 )
 
@@ -142,49 +140,8 @@ func TestOutboxLag(t *testing.T) {
 func TestOutboxConcurrentRelay(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, nil)
-	ob := outboxtest.NewMemory()
 	const events = 300
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	done := make(chan struct{})
-	pub := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, msg := range msgs {
-			seen[msg.ID] = true
-		}
-		if len(seen) == events {
-			select {
-			case <-done:
-			default:
-				close(done)
-			}
-		}
-		return nil
-	})
-	r, err := outbox.NewRelay(ob, pub, &outbox.Config{Workers: 3, BatchSize: 7, PollInterval: time.Millisecond,
-		PurgeInterval: -1, Logger: hooktest.Quiet, Hooks: []idem.Hook{m, m.For("second")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	for i := range events {
-		if err := ob.InTx(t.Context(), func(ctx context.Context, tx *outboxtest.MemoryTx) error {
-			return ob.Write(ctx, tx, outbox.Event{ID: fmt.Sprintf("e-%d", i), Topic: "t"})
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the relay did not publish every event")
-	}
-	if err := r.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	hooktest.DriveConcurrentOutbox(t, []idem.Hook{m, m.For("second")}, events)
 	hooktest.WantCounts(t, series(t, reg), map[string]float64{
 		"idem_outbox_events_total{outcome=processed,relay=default}": events,
 		"idem_outbox_events_total{outcome=processed,relay=second}":  events,

@@ -3,6 +3,7 @@ package hooktest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -103,4 +104,55 @@ func DriveOutbox(t testing.TB, ctx context.Context, hooks []idem.Hook) {
 	defer cancel()
 	cancelRun = cancel
 	batch(runCtx, ev("rel-secret-1", "secret-topic"))
+}
+
+// DriveConcurrentOutbox runs a real outbox.Relay with hooks and three
+// loops over the in-memory outbox until it has published events events
+// (ids "e-0", "e-1", ..., topic "t") in batches of 7, then stops it, so
+// that the hooks are called from several goroutines at once.
+func DriveConcurrentOutbox(t testing.TB, hooks []idem.Hook, events int) {
+	t.Helper()
+	ob := outboxtest.NewMemory()
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	pub := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			seen[m.ID] = true
+		}
+		if len(seen) == events {
+			select {
+			case <-done:
+			default:
+				close(done)
+			}
+		}
+		return nil
+	})
+	relay, err := outbox.NewRelay(ob, pub, &outbox.Config{Workers: 3, BatchSize: 7, PollInterval: time.Millisecond,
+		PurgeInterval: -1, Logger: Quiet, Hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := relay.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		if err := ob.InTx(ctx, func(ctx context.Context, tx *outboxtest.MemoryTx) error {
+			return ob.Write(ctx, tx, outbox.Event{ID: fmt.Sprintf("e-%d", i), Topic: "t"})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not publish every event")
+	}
+	if err := relay.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
