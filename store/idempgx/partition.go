@@ -67,6 +67,7 @@ func newPartitionedQueries(schema string) queries {
 	t := pgx.Identifier{schema, "idem_records"}.Sanitize()
 	cur := `(SELECT cur FROM ` + pgx.Identifier{schema, bucketsTable}.Sanitize() + `)`
 	q.lockShared = `SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))`
+	q.planLookup = true
 	// elsewhere finds the key's row in a partition other than the current
 	// one; at most one row per (scope, key) exists in the whole table.
 	elsewhere := func(scope, key string) string {

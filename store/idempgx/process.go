@@ -307,10 +307,13 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 	for _, i := range conflicted {
 		scopes, keys = append(scopes, msgs[i].Scope), append(keys, msgs[i].Key)
 	}
-	// Planned for its actual arguments each time: a cached generic plan
-	// made while the table was small keeps a sequential scan as the table
-	// grows, and was measured to triple this statement's cost at random.
-	rows, err = tx.Query(ctx, s.q.processLookup, pgx.QueryExecModeExec, scopes, keys)
+	// A cached statement in the plain layout, planned for its arguments on
+	// every call in the partitioned one (see processLookup).
+	args := []any{scopes, keys}
+	if s.q.planLookup {
+		args = append([]any{pgx.QueryExecModeExec}, args...)
+	}
+	rows, err = tx.Query(ctx, s.q.processLookup, args...)
 	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}

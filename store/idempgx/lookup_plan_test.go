@@ -1,0 +1,98 @@
+package idempgx_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/store/idempgx"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestProcessLookupGenericPlan checks that the generic plan of ProcessBatch's
+// lookup, the one PostgreSQL caches with the prepared statement, probes the
+// primary key and never scans the table: on a new, empty table (where a
+// join's generic plan is a hash join over a sequential scan, kept as the
+// table grows) and on a grown, analyzed one. The partitioned layout plans
+// the lookup on every call; its custom plan is checked on a grown table.
+func TestProcessLookupGenericPlan(t *testing.T) {
+	for _, layout := range []struct {
+		name  string
+		store func(testing.TB) *idempgx.Store
+	}{
+		{"plain", func(tb testing.TB) *idempgx.Store { return newStore(tb, nil) }},
+		{"partitioned", func(tb testing.TB) *idempgx.Store { return newPartitionedStore(tb, nil) }},
+	} {
+		t.Run(layout.name, func(t *testing.T) {
+			s := layout.store(t)
+			ctx := ctxT(t)
+			partitioned := s.Config().Partitioned
+			if !partitioned {
+				assertIndexPlan(t, ctx, s, "generic", "empty table")
+			}
+			msgs := make([]idem.Message, 10000)
+			for i := range msgs {
+				msgs[i] = idem.Message{Scope: "s", Key: fmt.Sprint("k", i), Fingerprint: fp("v")}
+			}
+			for range 2 {
+				if _, err := s.ProcessBatch(ctx, msgs, func(context.Context, pgx.Tx, []int) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+				for i := range msgs {
+					msgs[i].Key += "+"
+				}
+			}
+			if _, err := testPool(t).Exec(ctx, "ANALYZE "+qualified(s, "idem_records")); err != nil {
+				t.Fatal(err)
+			}
+			mode := "generic"
+			if partitioned {
+				mode = "custom"
+			}
+			assertIndexPlan(t, ctx, s, mode, "20,000 rows")
+		})
+	}
+}
+
+// assertIndexPlan explains the lookup's plan (mode: generic or custom) in
+// a transaction of its own (SET LOCAL) and fails unless it probes the
+// primary key of the relation that holds the records (an empty partition
+// may be scanned: it has no pages).
+func assertIndexPlan(t *testing.T, ctx context.Context, s *idempgx.Store, mode, when string) {
+	t.Helper()
+	name := "lookup_plan_" + randomSuffix()
+	err := pgx.BeginFunc(ctx, testPool(t), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_"+mode+"_plan"); err != nil {
+			return err
+		}
+		if _, err := tx.Prepare(ctx, name, idempgx.ProcessLookupSQL(s)); err != nil {
+			return err
+		}
+		defer func() { _ = tx.Conn().Deallocate(ctx, name) }()
+		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+"('{s,s}', '{k1,k2}')", pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			return err
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		plan := strings.Join(lines, "\n")
+		// The relation that holds the records: idem_records or, in the
+		// partitioned layout, its current partition.
+		rel := "idem_records"
+		if err := tx.QueryRow(ctx, "SELECT coalesce((SELECT c.relname::text FROM "+qualified(s, "idem_records")+
+			" AS r JOIN pg_class AS c ON c.oid = r.tableoid LIMIT 1), 'idem_records')").Scan(&rel); err != nil {
+			return err
+		}
+		if strings.Contains(plan, "Seq Scan on "+rel+" ") || !strings.Contains(plan, "Index Scan using "+rel+"_pkey") {
+			t.Errorf("%s: the lookup's %s plan does not probe the index:\n%s", when, mode, plan)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: explain: %v", when, err)
+	}
+}
