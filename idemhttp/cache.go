@@ -32,7 +32,11 @@ const (
 //   - an entry is keyed by scope and key, and the scope holds the
 //     principal, so one principal never receives another's entry; a
 //     request whose fingerprint differs from the entry's goes to the store
-//     (which answers 422);
+//     (which answers 422). A request byte for byte like the one that
+//     filled the entry (same method, route, URI, Content-Type,
+//     Content-Encoding, significant headers and body, by their SHA-256) is
+//     answered before its body is decoded and canonicalised: its
+//     fingerprint could not differ;
 //   - entries and bytes are bounded; the least recently used entry goes
 //     first.
 //
@@ -94,6 +98,7 @@ type cacheKey struct{ scope, key string }
 type cacheEntry struct {
 	k       cacheKey
 	fp      idem.Fingerprint
+	raw     idem.Fingerprint // the request's raw digest; zero: none
 	resp    *storedResponse
 	size    int64
 	expires time.Time
@@ -109,6 +114,19 @@ func newReplayCache(cfg ReplayCache) *replayCache {
 // get returns the response cached for (scope, key) when it is live and
 // was recorded for fp.
 func (c *replayCache) get(scope, key string, fp idem.Fingerprint) (*storedResponse, bool) {
+	return c.find(scope, key, fp, false)
+}
+
+// getRaw is get for a request whose raw digest (see rawFingerprint) is
+// raw: it finds the entry cached for the request with that digest.
+func (c *replayCache) getRaw(scope, key string, raw idem.Fingerprint) (*storedResponse, bool) {
+	if raw == (idem.Fingerprint{}) {
+		return nil, false
+	}
+	return c.find(scope, key, raw, true)
+}
+
+func (c *replayCache) find(scope, key string, want idem.Fingerprint, raw bool) (*storedResponse, bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -124,7 +142,7 @@ func (c *replayCache) get(scope, key string, fp idem.Fingerprint) (*storedRespon
 		c.removeLocked(el)
 		return nil, false
 	}
-	if e.fp != fp {
+	if (!raw && e.fp != want) || (raw && e.raw != want) {
 		return nil, false
 	}
 	c.lru.MoveToFront(el)
@@ -133,8 +151,9 @@ func (c *replayCache) get(scope, key string, fp idem.Fingerprint) (*storedRespon
 
 // put caches resp, a completed response of (scope, key) recorded for fp,
 // until at most MaxAge from now and never past recordExpires (when not
-// zero). Discarded and upgraded responses are not cached.
-func (c *replayCache) put(scope, key string, fp idem.Fingerprint, resp *storedResponse, recordExpires time.Time) {
+// zero). raw is the raw digest of the request that brought it (zero: none).
+// Discarded and upgraded responses are not cached.
+func (c *replayCache) put(scope, key string, fp, raw idem.Fingerprint, resp *storedResponse, recordExpires time.Time) {
 	if c == nil || resp == nil || resp.discarded || resp.upgraded {
 		return
 	}
@@ -155,7 +174,10 @@ func (c *replayCache) put(scope, key string, fp idem.Fingerprint, resp *storedRe
 	if !now.Before(expires) {
 		return
 	}
-	e := &cacheEntry{k: cacheKey{scope, key}, fp: fp, resp: resp, size: size, expires: expires}
+	if resp.lines == nil {
+		resp.lines = newReplayLines(resp)
+	}
+	e := &cacheEntry{k: cacheKey{scope, key}, fp: fp, raw: raw, resp: resp, size: size, expires: expires}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[e.k]; ok {

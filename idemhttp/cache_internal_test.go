@@ -11,6 +11,9 @@ import (
 	"github.com/idem-go/idem"
 )
 
+// noRaw is the raw digest of an entry cached without one.
+var noRaw idem.Fingerprint
+
 func testCache(t *testing.T, cfg ReplayCache) (*replayCache, *time.Time) {
 	t.Helper()
 	cc, err := cfg.validate()
@@ -31,8 +34,8 @@ func TestReplayCacheMaxAgeAndRecordExpiry(t *testing.T) {
 	t.Parallel()
 	c, now := testCache(t, ReplayCache{MaxAge: 5 * time.Second})
 	fp := idem.FingerprintParts([]byte("a"))
-	c.put("s", "k1", fp, resp("1"), time.Time{})
-	c.put("s", "k2", fp, resp("2"), now.Add(2*time.Second)) // the record expires first
+	c.put("s", "k1", fp, noRaw, resp("1"), time.Time{})
+	c.put("s", "k2", fp, noRaw, resp("2"), now.Add(2*time.Second)) // the record expires first
 	if _, ok := c.get("s", "k1", fp); !ok {
 		t.Fatal("k1 missing right after put")
 	}
@@ -51,7 +54,7 @@ func TestReplayCacheMaxAgeAndRecordExpiry(t *testing.T) {
 		t.Fatalf("expired entries kept: %d entries, %d bytes", n, b)
 	}
 	// A record that has already expired is not cached at all.
-	c.put("s", "k3", fp, resp("3"), now.Add(-time.Second))
+	c.put("s", "k3", fp, noRaw, resp("3"), now.Add(-time.Second))
 	if n, _ := c.stats(); n != 0 {
 		t.Fatal("an expired record was cached")
 	}
@@ -61,15 +64,15 @@ func TestReplayCacheRefusesWhatIsNotAResponse(t *testing.T) {
 	t.Parallel()
 	c, _ := testCache(t, ReplayCache{MaxBytes: 8 << 10})
 	fp := idem.FingerprintParts([]byte("a"))
-	c.put("s", "discarded", fp, &storedResponse{status: 201, discarded: true}, time.Time{})
-	c.put("s", "upgraded", fp, &storedResponse{status: 101, discarded: true, upgraded: true}, time.Time{})
-	c.put("s", "nil", fp, nil, time.Time{})
-	c.put("s", "big", fp, resp(string(make([]byte, 2<<10))), time.Time{}) // over MaxBytes/8
+	c.put("s", "discarded", fp, noRaw, &storedResponse{status: 201, discarded: true}, time.Time{})
+	c.put("s", "upgraded", fp, noRaw, &storedResponse{status: 101, discarded: true, upgraded: true}, time.Time{})
+	c.put("s", "nil", fp, noRaw, nil, time.Time{})
+	c.put("s", "big", fp, noRaw, resp(string(make([]byte, 2<<10))), time.Time{}) // over MaxBytes/8
 	if n, _ := c.stats(); n != 0 {
 		t.Fatalf("%d entries cached, want none", n)
 	}
 	var nilCache *replayCache
-	nilCache.put("s", "k", fp, resp("x"), time.Time{})
+	nilCache.put("s", "k", fp, noRaw, resp("x"), time.Time{})
 	nilCache.forget("s", "k")
 	if _, ok := nilCache.get("s", "k", fp); ok {
 		t.Fatal("nil cache served an entry")
@@ -80,7 +83,7 @@ func TestReplayCacheFingerprintAndScope(t *testing.T) {
 	t.Parallel()
 	c, _ := testCache(t, ReplayCache{})
 	a, b := idem.FingerprintParts([]byte("a")), idem.FingerprintParts([]byte("b"))
-	c.put(Scope("alice", "POST", "/p"), "k", a, resp("alice"), time.Time{})
+	c.put(Scope("alice", "POST", "/p"), "k", a, noRaw, resp("alice"), time.Time{})
 	if _, ok := c.get(Scope("alice", "POST", "/p"), "k", b); ok {
 		t.Fatal("served for another fingerprint")
 	}
@@ -101,7 +104,7 @@ func TestReplayCacheBounds(t *testing.T) {
 	fp := idem.FingerprintParts([]byte("a"))
 	c, _ := testCache(t, ReplayCache{MaxEntries: 10})
 	for i := range 25 {
-		c.put("s", fmt.Sprint(i), fp, resp("x"), time.Time{})
+		c.put("s", fmt.Sprint(i), fp, noRaw, resp("x"), time.Time{})
 		if i == 5 {
 			c.get("s", "0", fp) // recently used: survives the evictions
 		}
@@ -119,8 +122,8 @@ func TestReplayCacheBounds(t *testing.T) {
 	c, _ = testCache(t, ReplayCache{MaxBytes: 64 << 10})
 	body := string(make([]byte, 4<<10))
 	for i := range 100 {
-		c.put("s", fmt.Sprint(i), fp, resp(body), time.Time{})
-		c.put("s", fmt.Sprint(i), fp, resp(body), time.Time{}) // a replacement counts once
+		c.put("s", fmt.Sprint(i), fp, noRaw, resp(body), time.Time{})
+		c.put("s", fmt.Sprint(i), fp, noRaw, resp(body), time.Time{}) // a replacement counts once
 	}
 	if _, b := c.stats(); b > 64<<10 || b < 32<<10 {
 		t.Fatalf("%d bytes cached, want at most %d and most of it used", b, 64<<10)
@@ -139,7 +142,7 @@ func TestReplayCacheConcurrent(t *testing.T) {
 				k := fmt.Sprint((g*7 + i) % 300)
 				switch i % 3 {
 				case 0:
-					c.put("s", k, fp, resp(k), time.Time{})
+					c.put("s", k, fp, noRaw, resp(k), time.Time{})
 				case 1:
 					if sr, ok := c.get("s", k, fp); ok && string(sr.body) != k {
 						t.Errorf("key %s served %q", k, sr.body)

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -392,6 +391,9 @@ type checked struct {
 	call          idem.Call
 	raw           string // the key header's value as sent
 	method, route string
+	// rawFP is the raw digest of the request (see rawFingerprint), taken
+	// only when there is a replay cache; zero otherwise.
+	rawFP idem.Fingerprint
 }
 
 // check is Check with the response writer, so that an oversized body also
@@ -454,17 +456,53 @@ func (m *Middleware) checkBody(w http.ResponseWriter, r *http.Request, c *checke
 	if p != nil {
 		return p
 	}
+	return m.fingerprint(r, c, body)
+}
+
+// rawFingerprint digests what the fingerprint is computed from as it
+// arrived: method, route, request URI, the Content-Encoding and
+// Content-Type that content reads, the body undecoded and the significant
+// headers. Two requests with the same digest have the same fingerprint
+// and the same fate in content, so a replay cache entry recorded for one
+// answers the other without decoding or canonicalising its body.
+func (m *Middleware) rawFingerprint(r *http.Request, c *checked, body []byte) idem.Fingerprint {
+	fw := newFPWriter()
+	fw.str("idemhttp-raw-v1")
+	fw.str(c.method)
+	fw.str(c.route)
+	fw.str(r.URL.RequestURI())
+	fw.str(r.Header.Get("Content-Encoding"))
+	fw.str(r.Header.Get("Content-Type"))
+	fw.bytes(body)
+	m.significant(fw, r)
+	return fw.sum()
+}
+
+func (m *Middleware) significant(fw *fpWriter, r *http.Request) {
+	for _, h := range m.cfg.SignificantHeaders {
+		fw.str(h)
+		fw.header(r.Header.Values(h))
+	}
+}
+
+// fingerprint sets the call's fingerprint from the request and its body.
+func (m *Middleware) fingerprint(r *http.Request, c *checked, body []byte) *Problem {
 	kind, content, p := m.content(r, body)
 	if p != nil {
 		return p
 	}
-	parts := make([][]byte, 0, 6+2*len(m.cfg.SignificantHeaders))
-	parts = append(parts, []byte("idemhttp-v1"), []byte(c.method), []byte(c.route), []byte(r.URL.RequestURI()),
-		[]byte(kind), content)
-	for _, h := range m.cfg.SignificantHeaders {
-		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\n")))
-	}
-	c.call.Fingerprint = idem.FingerprintParts(parts...)
+	// idem.FingerprintParts("idemhttp-v1", method, route, request URI,
+	// kind, content, then each significant header's name and its values
+	// joined by "\n"), without building the parts.
+	fw := newFPWriter()
+	fw.str("idemhttp-v1")
+	fw.str(c.method)
+	fw.str(c.route)
+	fw.str(r.URL.RequestURI())
+	fw.str(kind)
+	fw.bytes(content)
+	m.significant(fw, r)
+	c.call.Fingerprint = fw.sum()
 	return nil
 }
 
@@ -522,7 +560,7 @@ func (m *Middleware) decode(enc string, body []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer zr.Close()
-	out, err := readAll(io.LimitReader(zr, m.cfg.MaxBodyBytes+1), int64(len(body))*2)
+	out, err := readAll(nil, io.LimitReader(zr, m.cfg.MaxBodyBytes+1), int64(len(body))*2)
 	if err != nil {
 		return nil, err
 	}
@@ -536,6 +574,14 @@ func (m *Middleware) decode(enc string, body []byte) ([]byte, error) {
 var notCovered = &Problem{Err: ErrNotCovered}
 
 func parseKey(v string) (string, error) {
+	if key, ok := plainQuoted(v); ok {
+		return key, idem.ValidateKey(key)
+	}
+	return parseKeySlow(v)
+}
+
+// parseKeySlow is parseKey for every form of the header.
+func parseKeySlow(v string) (string, error) {
 	var (
 		key string
 		err error
@@ -554,7 +600,7 @@ func parseKey(v string) (string, error) {
 // scopeOf builds the scope from its parts. The quoted principal makes the
 // form unambiguous; a scope too long for a store is replaced by its hash.
 func scopeOf(principal, method, route string) string {
-	s := "http " + strconv.Quote(principal) + " " + method + " " + route
+	s := "http " + quoted(principal) + " " + method + " " + route
 	if idem.ValidateScope(s) == nil {
 		return s
 	}
@@ -562,14 +608,27 @@ func scopeOf(principal, method, route string) string {
 }
 
 func isJSON(contentType string) bool {
+	if contentType == "application/json" {
+		return true // the common case, without parsing
+	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }
 
-// readBody reads the whole body within MaxBodyBytes into one buffer. A
-// declared Content-Length over the limit is refused before anything is
-// read or allocated.
+// readBody reads the whole body within MaxBodyBytes into one buffer and
+// replaces r.Body so that it can be read again. A declared Content-Length
+// over the limit is refused before anything is read or allocated.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Problem) {
+	body, p := m.readBodyInto(w, r, nil)
+	if p == nil && body != nil {
+		setBody(r, body)
+	}
+	return body, p
+}
+
+// readBodyInto is readBody into buf when it is large enough, without
+// replacing r.Body. The body is nil when the request has none.
+func (m *Middleware) readBodyInto(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, *Problem) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
@@ -584,7 +643,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 		}
 		return nil, tooLarge()
 	}
-	body, err := readAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes), r.ContentLength)
+	body, err := readAll(buf, http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes), r.ContentLength)
 	_ = r.Body.Close()
 	if err != nil {
 		var (
@@ -600,16 +659,70 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *
 		}
 		return nil, newProblem(http.StatusBadRequest, TypeBodyInvalid, "Request body could not be read", err)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	return body, nil
 }
 
+// setBody makes body, read from r, r's body again.
+func setBody(r *http.Request, body []byte) {
+	br := &bodyReader{}
+	br.Reset(body)
+	r.Body = br
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+}
+
+// bodyPool holds the buffers the bodies of cached replays are read into:
+// such a body is only hashed, so its buffer can serve the next request.
+var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBody bounds the buffers bodyPool keeps.
+const maxPooledBody = 64 << 10
+
+// readAndReplay reads the body and, with a replay cache, answers a retry
+// byte for byte like the request that filled a cache entry: such a retry
+// needs neither its body decoded nor its fingerprint. done reports that
+// the replay is written; otherwise the body is read (r.Body replaced), or
+// p says why it could not be.
+func (m *Middleware) readAndReplay(w http.ResponseWriter, r *http.Request, c *checked, ev *Event) (body []byte, done bool, p *Problem) {
+	if m.cache == nil {
+		body, p = m.readBody(w, r)
+		return body, false, p
+	}
+	buf := bodyPool.Get().(*[]byte)
+	if body, p = m.readBodyInto(w, r, *buf); p != nil {
+		return nil, false, p
+	}
+	c.rawFP = m.rawFingerprint(r, c, body)
+	if sr, ok := m.cache.getRaw(c.call.Scope, c.call.Key, c.rawFP); ok {
+		m.writeReplay(w, sr, c.raw, ev)
+		if body != nil && cap(body) <= maxPooledBody {
+			*buf = body[:0]
+		}
+		bodyPool.Put(buf)
+		return nil, true, nil
+	}
+	if body == nil {
+		bodyPool.Put(buf)
+		return nil, false, nil
+	}
+	setBody(r, body) // the buffer is the request's from now on
+	return body, false, nil
+}
+
+// bodyReader is the request body once read: io.NopCloser(bytes.NewReader)
+// in one allocation.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
 // readAll is io.ReadAll with a first buffer of size hint (when positive),
-// so a body of known length is read into one allocation.
-func readAll(r io.Reader, hint int64) ([]byte, error) {
-	b := make([]byte, 0, max(512, min(hint, 1<<20)+1))
+// so a body of known length is read into one allocation: buf when it is
+// large enough.
+func readAll(buf []byte, r io.Reader, hint int64) ([]byte, error) {
+	b := buf[:0]
+	if size := max(512, min(hint, 1<<20)+1); int64(cap(b)) < size {
+		b = make([]byte, 0, size)
+	}
 	for {
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
@@ -656,18 +769,25 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 				}
 			}()
 		}
+		var body []byte
+		if p == nil {
+			var done bool
+			if body, done, p = m.readAndReplay(w, r, &c, &ev); done {
+				return
+			}
+		}
 		if c.raw != "" {
 			w.Header().Set(m.header, c.raw)
 		}
 		if p == nil {
-			p = m.checkBody(w, r, &c)
+			p = m.fingerprint(r, &c, body)
 		}
 		if p != nil {
 			ev.Outcome, ev.Status = idem.Rejected, p.Status
 			m.errorFunc(w, r, p)
 			return
 		}
-		m.serve(w, r, next, c.call, c.raw, &ev)
+		m.serve(w, r, next, &c, &ev)
 	})
 }
 
@@ -675,9 +795,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // handler started.
 var errClientLeft = errors.New("idemhttp: the client went away before the handler started")
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, call idem.Call, raw string, ev *Event) {
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, c *checked, ev *Event) {
+	call, raw := c.call, c.raw
 	if sr, ok := m.cache.get(call.Scope, call.Key, call.Fingerprint); ok {
-		m.writeReplay(w, sr, ev)
+		m.writeReplay(w, sr, "", ev)
 		return
 	}
 	// Any record this call completes expires no earlier than this.
@@ -796,7 +917,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		case cw.over:
 			ev.Outcome = idem.Tombstoned
 		default:
-			m.cache.put(call.Scope, call.Key, call.Fingerprint, recorded, cacheUntil)
+			m.cache.put(call.Scope, call.Key, call.Fingerprint, c.rawFP, recorded, cacheUntil)
 		}
 		return
 	case errors.Is(err, errReleased):
@@ -809,7 +930,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	switch {
 	case err == nil:
-		m.replay(w, r, call, res, ev)
+		m.replay(w, r, c, res, ev)
 	case errors.Is(err, idem.ErrInProgress):
 		p := newProblem(http.StatusConflict, TypeKeyInFlight, "Request with this Idempotency-Key is in flight",
 			errors.New("a request with this key is still being processed; retry later"))
@@ -877,7 +998,8 @@ func (m *Middleware) discarded(w http.ResponseWriter, r *http.Request, ev *Event
 	m.reject(w, r, p, idem.Discarded, ev)
 }
 
-func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, call idem.Call, res idem.Result, ev *Event) {
+func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, c *checked, res idem.Result, ev *Event) {
+	call := c.call
 	sr, err := decodeResponse(res.Value)
 	if err != nil {
 		m.reject(w, r, newProblem(http.StatusInternalServerError, TypeStoredResponseInvalid, "Stored response invalid", err),
@@ -888,18 +1010,18 @@ func (m *Middleware) replay(w http.ResponseWriter, r *http.Request, call idem.Ca
 		m.discarded(w, r, ev, sr.upgraded)
 		return
 	}
-	m.cache.put(call.Scope, call.Key, call.Fingerprint, sr, res.ExpiresAt)
-	m.writeReplay(w, sr, ev)
+	m.cache.put(call.Scope, call.Key, call.Fingerprint, c.rawFP, sr, res.ExpiresAt)
+	m.writeReplay(w, sr, "", ev)
 }
 
-// writeReplay writes a stored response as the replay of a request.
-func (m *Middleware) writeReplay(w http.ResponseWriter, sr *storedResponse, ev *Event) {
-	h := w.Header()
-	for k, vs := range sr.header {
-		h[k] = slices.Clone(vs)
+// writeReplay writes a stored response as the replay of a request, and
+// echo, when not empty, as its Idempotency-Key header.
+func (m *Middleware) writeReplay(w http.ResponseWriter, sr *storedResponse, echo string, ev *Event) {
+	lines := sr.lines
+	if lines == nil {
+		lines = newReplayLines(sr)
 	}
-	h.Set(ReplayedHeader, "true")
-	h.Set("Content-Length", strconv.Itoa(len(sr.body)))
+	lines.set(w.Header(), m.header, echo)
 	w.WriteHeader(sr.status)
 	_, _ = w.Write(sr.body)
 	ev.Outcome, ev.Status = idem.Duplicate, sr.status

@@ -41,6 +41,10 @@ type storedResponse struct {
 	body      []byte
 	discarded bool
 	upgraded  bool
+	// lines is the header as the replay writes it, set when the response
+	// is cached (before any other goroutine can see it) and then never
+	// changed; nil otherwise.
+	lines *replayLines
 }
 
 func (s *storedResponse) encode() []byte {
