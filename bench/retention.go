@@ -247,6 +247,7 @@ type retTable struct {
 	fills       int
 	expired     int64            // expired records the table holds
 	filled      map[string]int64 // partitioned: rows put in each partition
+	bucket      int64            // partitioned: the bucket of the first fill, reused by the refills
 	verbose     bool             // print each fill's time
 }
 
@@ -347,22 +348,38 @@ func (t *retTable) fillRows(ctx context.Context, n int) error {
 		t.expired += int64(n)
 		return nil
 	}
-	// The next partition, made here with its rows and indexes: the
-	// rotation attaches it (its CHECK spares the scan) and moves the
-	// writes to it; a second rotation leaves it with expired rows only.
+	// The partition of expired rows, made here with its rows and indexes
+	// and attached (its CHECK spares the attach its scan). The first fill
+	// makes the next partition and rotates the writes past it, as a day of
+	// traffic would leave it. A refill (the drop row, before each run) puts
+	// it back in the bucket of the first, below the current one, once the
+	// retention retired that: rotating again would leave the partition the
+	// writes just left, with the last runs' records, in the table, one more
+	// each run, and each one more probe per claim than the row without
+	// retention has (whose partitions do not change).
 	var cur int64
 	if err := t.pool.QueryRow(ctx, `SELECT cur FROM `+pgx.Identifier{t.schema, "idem_record_buckets"}.Sanitize()).Scan(&cur); err != nil {
 		return err
 	}
-	next := cur + 1
-	name := fmt.Sprintf("idem_records_p%d", next)
+	bucket, rotate := cur+1, true
+	if t.bucket > 0 {
+		_, exists, err := t.attached(ctx, partitionOf(t.bucket))
+		if err != nil {
+			return err
+		}
+		// Still there (the last drop did not finish): a new bucket.
+		if !exists {
+			bucket, rotate = t.bucket, false
+		}
+	}
+	name := partitionOf(bucket)
 	part := pgx.Identifier{t.schema, name}.Sanitize()
 	check := pgx.Identifier{name + "_fill"}.Sanitize()
 	if err := t.exec(ctx, `CREATE TABLE `+part+` (LIKE `+tbl+` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
-		fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s CHECK (bucket = %d)`, part, check, next)); err != nil {
+		fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s CHECK (bucket = %d)`, part, check, bucket)); err != nil {
 		return err
 	}
-	if err := t.insert(ctx, part, int64(n), strconv.FormatInt(next, 10)); err != nil {
+	if err := t.insert(ctx, part, int64(n), strconv.FormatInt(bucket, 10)); err != nil {
 		return err
 	}
 	// The same indexes as the partitioned parent's, which the attach then
@@ -379,21 +396,30 @@ func (t *retTable) fillRows(ctx context.Context, n int) error {
 		`ANALYZE `+part); err != nil {
 		return err
 	}
-	store, err := idempgx.New(t.pool, &idempgx.Config{Schema: t.schema, Partitioned: true})
+	if rotate {
+		// The rotation attaches it and moves the writes to it; a second
+		// one leaves it with expired rows only.
+		store, err := idempgx.New(t.pool, &idempgx.Config{Schema: t.schema, Partitioned: true})
+		if err != nil {
+			return err
+		}
+		for range 2 {
+			if _, err := store.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true}); err != nil {
+				return err
+			}
+		}
+		if t.bucket == 0 {
+			t.bucket = bucket
+		}
+	} else if err := t.exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES IN (%d)`, tbl, part, bucket)); err != nil {
+		return err
+	}
+	attached, _, err := t.attached(ctx, name)
 	if err != nil {
 		return err
 	}
-	for range 2 {
-		if _, err := store.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true}); err != nil {
-			return err
-		}
-	}
-	var attached bool
-	if err := t.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_inherits WHERE inhrelid = to_regclass($1))`, part).Scan(&attached); err != nil {
-		return err
-	}
 	if !attached {
-		return fmt.Errorf("%s was not attached by the rotation", name)
+		return fmt.Errorf("%s was not attached", name)
 	}
 	if err := t.exec(ctx, `ALTER TABLE `+part+` DROP CONSTRAINT `+check, `ANALYZE `+tbl); err != nil {
 		return err
@@ -402,6 +428,8 @@ func (t *retTable) fillRows(ctx context.Context, n int) error {
 	t.expired += int64(n)
 	return nil
 }
+
+func partitionOf(bucket int64) string { return "idem_records_p" + strconv.FormatInt(bucket, 10) }
 
 // attached reports whether partition name is attached to the table, and
 // whether it exists at all.
@@ -420,23 +448,28 @@ func (t *retTable) topUp(ctx context.Context, n int64) error {
 	return t.exec(ctx, `ANALYZE `+t.table())
 }
 
-// retSize is the size of a row's idem_records, all partitions together.
-type retSize struct{ heap, indexes int64 }
+// retSize is the size of a row's idem_records, all partitions together,
+// and how many partitions it has (0: the plain table).
+type retSize struct{ heap, indexes, parts int64 }
 
 func (s retSize) String() string {
-	return fmt.Sprintf("%s (heap %s + indexes %s)", mib(s.heap+s.indexes), mib(s.heap), mib(s.indexes))
+	out := fmt.Sprintf("%s (heap %s + indexes %s)", mib(s.heap+s.indexes), mib(s.heap), mib(s.indexes))
+	if s.parts > 0 {
+		out += fmt.Sprintf(" in %d partitions", s.parts)
+	}
+	return out
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
 
 func (t *retTable) size(ctx context.Context) (retSize, error) {
 	var s retSize
-	q := `SELECT pg_table_size(to_regclass($1)), pg_indexes_size(to_regclass($1))`
+	q := `SELECT pg_table_size(to_regclass($1)), pg_indexes_size(to_regclass($1)), 0`
 	if t.partitioned {
-		q = `SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint, coalesce(sum(pg_indexes_size(relid)), 0)::bigint
+		q = `SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint, coalesce(sum(pg_indexes_size(relid)), 0)::bigint, count(*)
 FROM pg_partition_tree(to_regclass($1)) WHERE isleaf`
 	}
-	err := t.pool.QueryRow(ctx, q, t.table()).Scan(&s.heap, &s.indexes)
+	err := t.pool.QueryRow(ctx, q, t.table()).Scan(&s.heap, &s.indexes, &s.parts)
 	return s, err
 }
 
