@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,5 +254,65 @@ func BenchmarkReplayCache(b *testing.B) {
 			resp.Body.Close()
 		}
 		alternate(b, once)
+	})
+	// "clients16" is the bench group's shape: 16 keep-alive clients load
+	// one server at a time, the two servers in turn, 256 requests a round;
+	// each replay client has its own key.
+	b.Run("clients16", func(b *testing.B) {
+		const clients, perRound = 16, 256
+		bare, cached := httptest.NewServer(handler), httptest.NewServer(replay)
+		client := &http.Client{Transport: &http.Transport{MaxIdleConns: clients, MaxIdleConnsPerHost: clients}}
+		defer func() {
+			client.CloseIdleConnections()
+			bare.Close()
+			cached.Close()
+		}()
+		round := func(url string, keyed bool) (wall, cpu time.Duration) {
+			var wg sync.WaitGroup
+			start, cpu0 := time.Now(), cpuTime()
+			for c := range clients {
+				wg.Go(func() {
+					for range perRound / clients {
+						key := ""
+						if keyed {
+							key = "replayed-key-" + strconv.Itoa(c)
+						}
+						resp, err := client.Do(newReq(url+"/payments", key))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusCreated || (keyed && resp.Header.Get(idemhttp.ReplayedHeader) != "true") {
+							b.Errorf("status %d, replayed %q", resp.StatusCode, resp.Header.Get(idemhttp.ReplayedHeader))
+						}
+					}
+				})
+			}
+			wg.Wait()
+			return time.Since(start), cpuTime() - cpu0
+		}
+		for c := range clients { // the first executions fill the cache
+			if resp, err := client.Do(newReq(cached.URL+"/payments", "replayed-key-"+strconv.Itoa(c))); err == nil {
+				resp.Body.Close()
+			}
+		}
+		var tBare, tReplay, cBare, cReplay time.Duration
+		for b.Loop() {
+			w, c := round(bare.URL, false)
+			tBare, cBare = tBare+w, cBare+c
+			w, c = round(cached.URL, true)
+			tReplay, cReplay = tReplay+w, cReplay+c
+		}
+		b.ReportMetric(100*tBare.Seconds()/tReplay.Seconds(), "replay-%bare")
+		if cReplay > 0 {
+			// The same ratio in CPU time (client and server are both in this
+			// process): how the two compare on a CPU-bound machine.
+			b.ReportMetric(100*cBare.Seconds()/cReplay.Seconds(), "replay-cpu-%bare")
+			n := float64(b.N * perRound)
+			b.ReportMetric(float64(cBare.Nanoseconds())/n, "bare-cpu-ns/req")
+			b.ReportMetric(float64(cReplay.Nanoseconds())/n, "replay-cpu-ns/req")
+		}
 	})
 }
