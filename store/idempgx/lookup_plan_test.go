@@ -9,11 +9,12 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/store/idempgx"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestProcessLookupGenericPlan checks that the generic plan of ProcessBatch's
 // lookup, the one PostgreSQL caches with the prepared statement, probes the
-// primary key and never scans the table: on a new, empty table (where a
+// primary key rather than scanning the table: on a new, empty table (where a
 // join's generic plan is a hash join over a sequential scan, kept as the
 // table grows) and on a grown, analyzed one. The partitioned layout plans
 // the lookup on every call; its custom plan is checked on a grown table.
@@ -94,5 +95,59 @@ func assertIndexPlan(t *testing.T, ctx context.Context, s *idempgx.Store, mode, 
 	})
 	if err != nil {
 		t.Fatalf("%s: explain: %v", when, err)
+	}
+}
+
+// TestProcessBatchCachedLookup runs batches with duplicates and mismatches
+// through connections that always use generic plans (the plan PostgreSQL
+// caches with a prepared statement and may pick after five runs), and
+// checks every outcome.
+func TestProcessBatchCachedLookup(t *testing.T) {
+	schema := migratedSchema(t)
+	cfg, err := pgxpool.ParseConfig(databaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s, err := idempgx.New(p, &idempgx.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	for b := range 16 {
+		// 10 new keys, 3 seen in the previous batch with the same content,
+		// 1 seen there with other content.
+		var msgs []idem.Message
+		want := map[string]idem.Outcome{}
+		for i := range 10 {
+			k := fmt.Sprintf("b%d-%d", b, i)
+			msgs = append(msgs, idem.Message{Scope: "s", Key: k, Fingerprint: fp(k)})
+			want[k] = idem.Processed
+		}
+		if b > 0 {
+			for i := range 3 {
+				k := fmt.Sprintf("b%d-%d", b-1, i)
+				msgs = append(msgs, idem.Message{Scope: "s", Key: k, Fingerprint: fp(k)})
+				want[k] = idem.Duplicate
+			}
+			k := fmt.Sprintf("b%d-9", b-1)
+			msgs = append(msgs, idem.Message{Scope: "s", Key: k, Fingerprint: fp("other")})
+			want[k] = idem.Mismatch
+		}
+		res, err := s.ProcessBatch(ctx, msgs, func(context.Context, pgx.Tx, []int) error { return nil })
+		if err != nil {
+			t.Fatalf("batch %d: %v", b, err)
+		}
+		for i, m := range msgs {
+			if res[i] != want[m.Key] {
+				t.Fatalf("batch %d, %s: %v, want %v", b, m.Key, res[i], want[m.Key])
+			}
+		}
 	}
 }
