@@ -290,8 +290,11 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	lease := s.leaseOf(req.Lease)
 	c := &call{key: s.recordKey(req.Scope, req.Key), id: identity(req.Fingerprint, req.Scope, req.Key), lease: lease}
 	if s.claims != nil {
-		err := s.claims.do(ctx, c)
-		return c.claim, err
+		if err := s.claims.do(ctx, c); err != nil {
+			// c may still be in flight: its sender writes c.claim.
+			return idem.Claim{}, err
+		}
+		return c.claim, nil
 	}
 	s.execClaims(ctx, []*call{c})
 	return c.claim, c.err
