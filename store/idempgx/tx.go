@@ -13,6 +13,7 @@ import (
 )
 
 // inTx runs fn in a transaction from the pool and commits if fn asks to.
+// The transaction's BEGIN travels with its first statement (see lazyTx).
 // A commit that fails without a server answer may or may not have
 // committed: see commitError.
 func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) (commit bool, err error)) error {
@@ -28,7 +29,7 @@ func (s *Store) inTxKey(ctx context.Context, op, key string, fn func(tx pgx.Tx) 
 		}
 		return op + " " + strconv.Quote(key)
 	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := beginLazy(ctx, s.pool)
 	if err != nil {
 		return s.wrap(name()+": begin", err)
 	}
