@@ -44,15 +44,19 @@
 // batches that met the same old key waited on each other.
 //
 // Process's insert reads the record that stopped it in the same statement,
-// so a duplicate costs BEGIN, one statement, ROLLBACK: as many round trips
-// as the hand-written INSERT … ON CONFLICT DO NOTHING transaction. The read
-// uses the statement's snapshot, which misses a record that another
-// transaction committed while the insert waited on it; such a message is
-// looked up again by a statement of its own. ProcessBatch keeps its lookup
-// apart: joined with the batch's keys it must be planned on every call (a
-// plan cached while the table was small would keep scanning it whole as it
-// grows), and planning the insert with it was measured slower than the
-// cached insert and a separate lookup.
+// and the store's transactions send BEGIN in one round trip with their
+// first statement, so a duplicate costs two round trips (BEGIN with the
+// insert, ROLLBACK) where the hand-written INSERT … ON CONFLICT DO NOTHING
+// transaction costs three, and a fresh message three (with one statement
+// of its handler) to the hand-written four. The read uses the statement's
+// snapshot, which misses a record that another transaction committed while
+// the insert waited on it; such a message is looked up again by a
+// statement of its own. ProcessBatch keeps its lookup
+// of the conflicted keys apart: one primary-key probe per key (a LATERAL
+// subquery with LIMIT 1, whose cached generic plan uses the index where a
+// join's would keep scanning a table that was small when it was planned).
+// It is a cached statement in the plain layout and planned on every call
+// in the partitioned one, whose rotations make an empty partition current.
 //
 // Use an [idem.Guard] over the Store when the effect is outside the database
 // (an HTTP call, an email, a payment gateway): it claims a lease with a
