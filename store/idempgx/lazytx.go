@@ -86,10 +86,8 @@ func pipelines(p *pgxpool.Pool) bool {
 		return v.(bool)
 	}
 	ok := true
-	if tr := p.Config().ConnConfig.Tracer; tr != nil {
-		_, qt := tr.(pgx.QueryTracer)
-		_, bt := tr.(pgx.BatchTracer)
-		ok = bt || !qt
+	if tr := p.Config().ConnConfig.Tracer; tr != nil { // a QueryTracer
+		_, ok = tr.(pgx.BatchTracer)
 	}
 	batchTraced.Store(p, ok)
 	return ok
