@@ -3,7 +3,6 @@ package idempgx
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -76,30 +75,27 @@ var pipelineBegin atomic.Bool
 
 func init() { pipelineBegin.Store(true) }
 
-// batchTraced caches, per pool, whether its tracer sees batches: a
-// QueryTracer that is not a BatchTracer would miss a statement sent with
-// BEGIN, so such pools send BEGIN apart.
-var batchTraced sync.Map // *pgxpool.Pool → bool
-
+// pipelines reports whether p's tracer sees batches: a QueryTracer that
+// is not a BatchTracer would miss a statement sent with BEGIN, so such
+// pools send BEGIN apart. New asks once per Store (pool.Config copies the
+// configuration).
 func pipelines(p *pgxpool.Pool) bool {
-	if v, ok := batchTraced.Load(p); ok {
-		return v.(bool)
-	}
-	ok := true
 	if tr := p.Config().ConnConfig.Tracer; tr != nil { // a QueryTracer
-		_, ok = tr.(pgx.BatchTracer)
+		_, ok := tr.(pgx.BatchTracer)
+		return ok
 	}
-	batchTraced.Store(p, ok)
-	return ok
+	return true
 }
 
-// beginLazy acquires a connection for a transaction that has not begun.
-func beginLazy(ctx context.Context, p *pgxpool.Pool) (*lazyTx, error) {
+// beginLazy acquires a connection for a transaction that has not begun;
+// pipeline says whether BEGIN may travel with the first statement (see
+// pipelines).
+func beginLazy(ctx context.Context, p *pgxpool.Pool, pipeline bool) (*lazyTx, error) {
 	c, err := p.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &lazyTx{c: c, conn: c.Conn(), ctx: ctx, pipeline: pipelineBegin.Load() && pipelines(p)}, nil
+	return &lazyTx{c: c, conn: c.Conn(), ctx: ctx, pipeline: pipeline && pipelineBegin.Load()}, nil
 }
 
 // abortedError is what PostgreSQL answers a statement in an aborted

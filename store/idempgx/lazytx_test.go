@@ -89,7 +89,7 @@ func newLazyEnv(t *testing.T, maxConns int32, tracer pgx.QueryTracer) *lazyEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	e := &lazyEnv{pool: p, s: &Store{pool: p}, table: "lazytx_" + suffix, app: app}
+	e := &lazyEnv{pool: p, s: &Store{pool: p, pipeline: pipelines(p)}, table: "lazytx_" + suffix, app: app}
 	if _, err := p.Exec(context.Background(), "CREATE TABLE "+e.table+" (id int PRIMARY KEY, n int NOT NULL DEFAULT 0)"); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func lazyCtx(t *testing.T) context.Context {
 
 func (e *lazyEnv) open(t *testing.T, ctx context.Context) *lazyTx {
 	t.Helper()
-	tx, err := beginLazy(ctx, e.pool)
+	tx, err := beginLazy(ctx, e.pool, pipelines(e.pool))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,9 @@ type Store struct {
 	schema string
 	q      queries
 	sq     stepQueries
+	// pipeline: the store's transactions send BEGIN with their first
+	// statement (the pool's tracer, if any, sees batches; see lazyTx).
+	pipeline bool
 
 	// gate keeps HolderConns of the pool's maxConns connections from
 	// every call but a lease holder's.
@@ -91,7 +94,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("idempgx: nil pool")
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, pipeline: pipelines(pool)}
 	if cfg != nil {
 		s.cfg = *cfg
 	}

@@ -29,7 +29,7 @@ func (s *Store) inTxKey(ctx context.Context, op, key string, fn func(tx pgx.Tx) 
 		}
 		return op + " " + strconv.Quote(key)
 	}
-	tx, err := beginLazy(ctx, s.pool)
+	tx, err := beginLazy(ctx, s.pool, s.pipeline)
 	if err != nil {
 		return s.wrap(name()+": begin", err)
 	}
