@@ -57,7 +57,7 @@ import (
 // pgx or left outside the idle state; the pool destroys such a connection
 // when it is released, so the next user never sees it.
 type lazyTx struct {
-	c    *pgxpool.Conn // nil once released
+	c    *pgxpool.Conn // nil once the transaction ended (released)
 	conn *pgx.Conn
 	ctx  context.Context // the opener's, for LargeObjects
 
@@ -66,7 +66,6 @@ type lazyTx struct {
 	open     *beginBatch // the batch that carried BEGIN, until it is closed
 	aborted  bool        // the server refused the first statement before BEGIN ran
 	broken   error       // the connection failed before the transaction could begin
-	closed   bool
 }
 
 // pipelineBegin switches the pipelined BEGIN off for side-by-side
@@ -115,7 +114,7 @@ var errBatchBeginTx = errors.New("Batch.BeginTx cannot be used within a transact
 // ready closes the batch that carried BEGIN if its results are still open
 // and returns the transaction, nil if BEGIN was not sent yet.
 func (t *lazyTx) ready() (pgx.Tx, error) {
-	if t.closed {
+	if t.c == nil {
 		return nil, pgx.ErrTxClosed
 	}
 	if t.open != nil {
@@ -128,6 +127,17 @@ func (t *lazyTx) ready() (pgx.Tx, error) {
 		return nil, abortedError()
 	}
 	return t.tx, nil
+}
+
+// current returns the transaction, nil when BEGIN is still to be sent with
+// the next statement (pipelined says it may be); otherwise it sends BEGIN
+// on its own first.
+func (t *lazyTx) current(ctx context.Context, pipelined bool) (pgx.Tx, error) {
+	tx, err := t.ready()
+	if err == nil && tx == nil && !pipelined {
+		tx, err = t.begin(ctx)
+	}
+	return tx, err
 }
 
 // begin sends BEGIN on its own.
@@ -200,14 +210,9 @@ func (t *lazyTx) refused(err error) {
 }
 
 func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	tx, err := t.ready()
+	tx, err := t.current(ctx, t.canPipeline(true, args))
 	if err != nil {
 		return pgconn.CommandTag{}, err
-	}
-	if tx == nil && !t.canPipeline(true, args) {
-		if tx, err = t.begin(ctx); err != nil {
-			return pgconn.CommandTag{}, err
-		}
 	}
 	if tx != nil {
 		return tx.Exec(ctx, sql, args...)
@@ -221,14 +226,9 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 }
 
 func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	tx, err := t.ready()
+	tx, err := t.current(ctx, t.canPipeline(false, args))
 	if err != nil {
 		return &errRows{conn: t.conn, err: err}, err
-	}
-	if tx == nil && !t.canPipeline(false, args) {
-		if tx, err = t.begin(ctx); err != nil {
-			return &errRows{conn: t.conn, err: err}, err
-		}
 	}
 	if tx != nil {
 		return tx.Query(ctx, sql, args...)
@@ -251,26 +251,20 @@ func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if pgx.FailedBatchResults(b, nil).Tx() != nil {
 		return pgx.FailedBatchResults(b, errBatchBeginTx)
 	}
-	tx, err := t.ready()
-	if err != nil {
+	tx, err := t.current(ctx, t.pipeline || b.Len() == 0)
+	switch {
+	case err != nil:
 		return pgx.FailedBatchResults(b, err)
-	}
-	if tx == nil && b.Len() == 0 {
-		return t.conn.SendBatch(ctx, b) // nothing to send
-	}
-	if tx == nil && !t.pipeline {
-		if tx, err = t.begin(ctx); err != nil {
-			return pgx.FailedBatchResults(b, err)
-		}
-	}
-	if tx != nil {
+	case tx != nil:
 		return tx.SendBatch(ctx, b)
+	case b.Len() == 0:
+		return t.conn.SendBatch(ctx, b) // nothing to send
 	}
 	return t.send(ctx, b.QueuedQueries...)
 }
 
 func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := t.began(ctx)
+	tx, err := t.current(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -278,20 +272,11 @@ func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	tx, err := t.began(ctx)
+	tx, err := t.current(ctx, false)
 	if err != nil {
 		return 0, err
 	}
 	return tx.CopyFrom(ctx, table, columns, src)
-}
-
-// began returns the transaction, sending BEGIN on its own if it was not.
-func (t *lazyTx) began(ctx context.Context) (pgx.Tx, error) {
-	tx, err := t.ready()
-	if err == nil && tx == nil {
-		tx, err = t.begin(ctx)
-	}
-	return tx, err
 }
 
 func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
@@ -341,12 +326,11 @@ func (t *lazyTx) Rollback(ctx context.Context) error {
 
 // end commits or rolls back, and returns the connection to the pool.
 func (t *lazyTx) end(ctx context.Context, commit bool) error {
-	if t.closed {
+	if t.c == nil {
 		return pgx.ErrTxClosed
 	}
-	tx, err := t.ready()
-	t.closed = true
 	defer t.release()
+	tx, err := t.ready()
 	switch {
 	case t.aborted && commit:
 		return pgx.ErrTxCommitRollback

@@ -19,30 +19,28 @@ const oldLookup = `SELECT r.scope, r.key, r.state, r.fingerprint,
 	coalesce(r.lease_expires_at > now(), false), r.expires_at <= now()
 FROM %s AS r JOIN unnest($1::text[], $2::text[]) AS u(scope, key) ON r.scope = u.scope AND r.key = u.key`
 
-// TestLookupAB is a measurement, not a test: it times ProcessBatch with
-// 30 % duplicates on two stores over tables of 200,000 records, one with
-// the lookup of conflicted keys as it was (a join planned on every call),
-// one with the cached lateral lookup, alternating batches so that the
-// load of a shared machine falls on both alike, and logs the medians.
-// Run it with IDEM_LOOKUP_AB=1 (AB_SIZE: batch size, default 100;
-// AB_ROUNDS: batches per arm, default 200):
+// BenchmarkLookupAB times ProcessBatch with 30 % duplicates on two stores
+// over tables of 200,000 records, one with the lookup of conflicted keys
+// as it was (a join planned on every call), one with the cached lateral
+// lookup, alternating batches so that the load of a shared machine falls
+// on both alike; b.N batches per arm. It reports each arm's median and
+// their ratio (new/old). Every call fills two tables, so give it a fixed
+// count (AB_SIZE: batch size, default 100):
 //
-//	IDEM_LOOKUP_AB=1 go test -run TestLookupAB -v -count=1 .
-func TestLookupAB(t *testing.T) {
+//	go test -run '^$' -bench LookupAB -benchtime 200x .
+func BenchmarkLookupAB(b *testing.B) {
 	url := os.Getenv("IDEM_POSTGRES_URL")
-	if url == "" || os.Getenv("IDEM_LOOKUP_AB") == "" {
-		t.Skip("a measurement: set IDEM_LOOKUP_AB=1 and IDEM_POSTGRES_URL")
+	if url == "" {
+		b.Skip("set IDEM_POSTGRES_URL")
 	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	defer pool.Close()
 	size := 100
 	fmt.Sscan(os.Getenv("AB_SIZE"), &size)
-	rounds := 200
-	fmt.Sscan(os.Getenv("AB_ROUNDS"), &rounds)
 	type arm struct {
 		name   string
 		s      *Store
@@ -58,23 +56,26 @@ func TestLookupAB(t *testing.T) {
 	}{{"old: join, planned per call", true}, {"new: lateral, cached", false}} {
 		schema := fmt.Sprintf("ab_%d_%v", time.Now().UnixNano()%1e6, a.old)
 		if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		defer pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		m, _ := NewMigrator(pool, &MigratorConfig{Schema: schema})
+		m, err := NewMigrator(pool, &MigratorConfig{Schema: schema})
+		if err != nil {
+			b.Fatal(err)
+		}
 		if _, err := m.Up(ctx); err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		s, err := New(pool, &Config{Schema: schema})
 		if err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		if a.old {
 			s.q.processLookup = fmt.Sprintf(oldLookup, pgx.Identifier{schema, "idem_records"}.Sanitize())
 			s.q.planLookup = true
 		}
 		if _, err := pool.Exec(ctx, "INSERT INTO "+schema+".idem_records (scope, key, state, fingerprint, completed_at, expires_at) SELECT 'pg-batch', 'pre-' || g, 'completed', sha256(g::text::bytea), now(), now() + interval '1 day' FROM generate_series(1, 200000) g"); err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		pool.Exec(ctx, "ANALYZE "+schema+".idem_records")
 		arms = append(arms, &arm{name: a.name, s: s, old: a.old, schema: schema})
@@ -98,7 +99,7 @@ func TestLookupAB(t *testing.T) {
 		t0 := time.Now()
 		_, err := a.s.ProcessBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, fresh []int) error { return nil })
 		if err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		a.times = append(a.times, float64(time.Since(t0).Microseconds()))
 	}
@@ -108,18 +109,20 @@ func TestLookupAB(t *testing.T) {
 		}
 		a.times = nil
 	}
-	for r := range rounds {
+	b.ResetTimer()
+	for r := range b.N {
 		for i := range arms {
 			run(arms[(i+r)%len(arms)])
 		}
 	}
-	base := 0.0
+	b.StopTimer()
+	medians := make([]float64, len(arms))
 	for i, a := range arms {
 		sort.Float64s(a.times)
-		m := a.times[len(a.times)/2]
-		if i == 0 {
-			base = m
-		}
-		t.Logf("size %d: %-30s median %8.0f µs/batch  p25 %8.0f  p75 %8.0f  ratio %.3f", size, a.name, m, a.times[len(a.times)/4], a.times[3*len(a.times)/4], m/base)
+		medians[i] = a.times[len(a.times)/2]
+		b.Logf("size %d: %-30s median %8.0f µs/batch  p25 %8.0f  p75 %8.0f", size, a.name, medians[i], a.times[len(a.times)/4], a.times[3*len(a.times)/4])
 	}
+	b.ReportMetric(medians[0], "old-µs/batch")
+	b.ReportMetric(medians[1], "new-µs/batch")
+	b.ReportMetric(medians[1]/medians[0], "new/old")
 }
