@@ -2,11 +2,13 @@ package idemkafka_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idem-go/idem/broker/idemkafka"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -25,6 +27,35 @@ func hangable(t *testing.T, e *env, hang *atomic.Bool, only func(kmsg.Request) b
 			return nil, nil, false
 		})
 	}
+}
+
+// closedHook is a franz-go hook that reports its client's close.
+type closedHook struct {
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (h *closedHook) OnClientClosed(*kgo.Client) { h.once.Do(func() { close(h.closed) }) }
+
+// awaitClose returns a client option for one consumer; t's cleanup then
+// waits until that consumer's client has closed. Call it after newEnv and
+// before hangable, so that the wait comes after the hangs are released and
+// before the cluster closes. Shutdown leaves the close to finish in the
+// background once its bound passes, and the released hang lets it finish;
+// were the cluster to close first, franz-go would retry the hung join
+// against it, on the client's own context, until its retry timeout, and
+// the package's leak check could find those goroutines still running.
+func awaitClose(t *testing.T) kgo.Opt {
+	t.Helper()
+	h := &closedHook{closed: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-h.closed:
+		case <-time.After(time.Minute):
+			t.Error("the consumer's client did not close after the hangs were released")
+		}
+	})
+	return kgo.WithHooks(h)
 }
 
 // start runs c until the returned cancel, which waits for Run and returns
@@ -69,6 +100,7 @@ func checkBound(t *testing.T, took time.Duration) {
 func TestShutdownBoundedWhenGroupHangs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1)
+	closeOpt := awaitClose(t)
 	var hang, committed atomic.Bool
 	// The first record's offset commit must pass before the coordinator
 	// hangs: a commit caught by the hang would hold the consumer before it
@@ -82,7 +114,8 @@ func TestShutdownBoundedWhenGroupHangs(t *testing.T) {
 	})
 	hangable(t, e, &hang, nil, kmsg.OffsetCommit, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.LeaveGroup, kmsg.ConsumerGroupHeartbeat)
 	e.produce(t, e.client(t), idemkafka.NewRecord(e.topic, []byte("ok-1"), "ok-1"))
-	stop := start(t, e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil), ShutdownTimeout: shutdownBound}))
+	stop := start(t, e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil), ShutdownTimeout: shutdownBound,
+		ClientOpts: []kgo.Opt{closeOpt}}))
 	eventually(t, 10*time.Second, "the record processed", func() bool { return e.effects(t)["ok-1"] == 1 })
 	eventually(t, 20*time.Second, "the record's offset committed", committed.Load)
 	hang.Store(true)
@@ -97,6 +130,7 @@ func TestShutdownBoundedWhenGroupHangs(t *testing.T) {
 func TestShutdownBoundedInHungRejoin(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2)
+	closeA, closeB := awaitClose(t), awaitClose(t)
 	var (
 		hang, stuck atomic.Bool
 		first       atomic.Value // the first member's id
@@ -118,10 +152,12 @@ func TestShutdownBoundedInHungRejoin(t *testing.T) {
 	})
 	prod := e.client(t)
 	e.produce(t, prod, idemkafka.NewRecord(e.topic, []byte("ok-1"), "ok-1"))
-	stopA := start(t, e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil), ShutdownTimeout: shutdownBound}))
+	stopA := start(t, e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil), ShutdownTimeout: shutdownBound,
+		ClientOpts: []kgo.Opt{closeA}}))
 	eventually(t, 10*time.Second, "the record processed", func() bool { return e.effects(t)["ok-1"] == 1 })
 	hang.Store(true)
-	stopB := start(t, e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil), ShutdownTimeout: shutdownBound}))
+	stopB := start(t, e.consumer(t, idemkafka.Config{BatchProcess: e.process(nil), ShutdownTimeout: shutdownBound,
+		ClientOpts: []kgo.Opt{closeB}}))
 	eventually(t, 20*time.Second, "the first member's rejoin hanging", stuck.Load)
 	checkBound(t, stopA())
 	checkBound(t, stopB())
