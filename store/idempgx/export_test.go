@@ -3,3 +3,9 @@ package idempgx
 // ProcessLookupSQL is the statement ProcessBatch classifies a batch's
 // conflicted keys with, for the test of its generic plan.
 func ProcessLookupSQL(s *Store) string { return s.q.processLookup }
+
+// ExtendBatchSQL is the statement concurrent Extends share.
+func ExtendBatchSQL(s *Store) string { return s.q.extendBatch }
+
+// ExtendsQueued is how many Extends wait for a statement now.
+func ExtendsQueued(s *Store) int { return s.extends.Queued() }

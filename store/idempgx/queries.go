@@ -7,8 +7,10 @@ import "github.com/jackc/pgx/v5"
 // pgx.Identifier.Sanitize; every value is a parameter.
 type queries struct {
 	claim, getLive, get, complete, release, extend, delete, purge string
-	processOne, processOneNew, processBatch, processBatchNew      string
-	processLookup                                                 string
+	// extendBatch is extend for many leases (see extend.go).
+	extendBatch                                              string
+	processOne, processOneNew, processBatch, processBatchNew string
+	processLookup                                            string
 	// planLookup says to plan processLookup for its arguments on every
 	// call rather than cache it (see processLookup).
 	planLookup bool
@@ -114,6 +116,12 @@ WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress'`,
 	expires_at = now() + $4 * interval '1 microsecond'
 WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress'
 RETURNING lease_expires_at`,
+
+		extendBatch: `UPDATE ` + t + ` AS r SET lease_expires_at = now() + u.lease * interval '1 microsecond',
+	expires_at = now() + u.lease * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS u(scope, key, token, lease)
+WHERE r.scope = u.scope AND r.key = u.key AND r.token = u.token AND r.state = 'in_progress'
+RETURNING r.scope, r.key, r.token, r.lease_expires_at`,
 
 		delete: `DELETE FROM ` + t + ` WHERE scope = $1 AND key = $2`,
 

@@ -79,6 +79,9 @@ type Store struct {
 	maxConns        int
 	holderAcquires  atomic.Int64
 	holderWaitNanos atomic.Int64
+
+	// extends sends concurrent heartbeats as one statement (extend.go).
+	extends *storekit.Coalescer[*extendCall]
 }
 
 var (
@@ -130,6 +133,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	s.schema = s.cfg.Schema
 	s.q = newQueries(s.schema, s.cfg.Partitioned)
 	s.sq = newStepQueries(s.schema)
+	s.newExtends()
 	return s, nil
 }
 
@@ -313,30 +317,6 @@ func (s *Store) Release(ctx context.Context, scope, key string, token int64) err
 		return fmt.Errorf("idempgx: release %q: %w", key, idem.ErrLeaseLost)
 	}
 	return nil
-}
-
-// Extend implements [idem.Store].
-func (s *Store) Extend(ctx context.Context, scope, key string, token int64, lease time.Duration) (time.Time, error) {
-	if err := idem.Validate(scope, key); err != nil {
-		return time.Time{}, err
-	}
-	if lease <= 0 {
-		return time.Time{}, fmt.Errorf("%w: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
-	}
-	conn, err := s.conn(ctx, "extend", true)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer s.done(conn, true)
-	var until time.Time
-	err = conn.QueryRow(ctx, s.q.extend, scope, key, token, micros(lease)).Scan(&until)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, fmt.Errorf("idempgx: extend %q: %w", key, idem.ErrLeaseLost)
-	}
-	if err != nil {
-		return time.Time{}, s.wrap("extend", err)
-	}
-	return until, nil
 }
 
 // Get implements [idem.Store].

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 	"github.com/redis/rueidis"
 )
 
@@ -26,24 +25,10 @@ const callsInFlight = 2
 // up while its claim was in flight.
 const releaseAbandonedTimeout = 5 * time.Second
 
-// The states of a call. A waiter whose context ends takes a queued call out
-// of the queue (callQueued to callAbandoned) or leaves a sent call to its
-// sender (callSent to callAbandoned), which releases a lease nobody is
-// waiting for.
-const (
-	callQueued int32 = iota
-	callSent
-	callDone
-	callAbandoned
-)
-
 // call is one Store.Claim or Store.Complete on its way to Redis.
 type call struct {
-	ctx   context.Context
-	key   string // the record's Redis key
-	state atomic.Int32
-	done  chan struct{} // closed when the outcome is set
-	err   error
+	storekit.Pending
+	key string // the record's Redis key
 
 	// Claim.
 	id    string // identity (see scripts.go)
@@ -58,140 +43,16 @@ type call struct {
 	retention string // ms
 }
 
-// batcher gathers the calls of one kind that arrive while earlier ones are
-// in flight and sends them as one script call: the script's fixed cost
-// (EVALSHA, TIME, formatting), the round trip and the system calls are paid
-// once per call instead of once per claim or completion. Each key is still
-// handled atomically and in arrival order.
-//
-// There is no timer. A call that finds nothing queued and fewer than
-// callsInFlight script calls in flight is sent alone, at once, from its
-// caller's goroutine through the client, as without batching: a store with
-// few callers pays no hand-off. A call that finds others waiting, or the
-// calls in flight, queues; when fewer than callsInFlight calls are in
-// flight it starts a sender (so does a lone call that returns to a non-empty
-// queue), which sends up to maxBatch queued calls at once and keeps sending
-// what queued meanwhile until the queue is empty. A sender is a goroutine of
-// its own, so that every queued caller can stop waiting when its context
-// ends while the script call that carries its work, and others', goes on.
-type batcher struct {
-	s        *Store
-	op       string
-	maxBatch int
-	// exec runs one script call for calls and sets their outcomes.
-	exec func(ctx context.Context, calls []*call)
-	// fits reports whether c can join a batch that starts with first.
-	fits func(first, c *call) bool
-	// abandoned, if set, is called for a call that succeeded after its
-	// caller stopped waiting.
-	abandoned func(c *call)
-
-	mu       sync.Mutex
-	queue    []*call
-	inFlight int // script calls being sent: lone calls and senders, at most callsInFlight
-}
-
-// do sends c alone when nothing is waiting, or else queues it and waits
-// for its outcome, or returns an error once ctx ends.
-func (b *batcher) do(ctx context.Context, c *call) error {
-	if err := context.Cause(ctx); err != nil {
-		return b.s.wrap(b.op, err)
-	}
-	c.ctx = ctx
-	b.mu.Lock()
-	if b.inFlight < callsInFlight && len(b.queue) == 0 {
-		// Nothing is waiting: send c alone, from the caller's goroutine,
-		// through the client.
-		b.inFlight++
-		b.mu.Unlock()
-		b.exec(ctx, []*call{c})
-		b.mu.Lock()
-		start := len(b.queue) > 0 // arrived meanwhile: this slot sends them
-		if !start {
-			b.inFlight--
-		}
-		b.mu.Unlock()
-		if start {
-			go b.send()
-		}
-		return c.err
-	}
-	c.done = make(chan struct{})
-	b.queue = append(b.queue, c)
-	start := b.inFlight < callsInFlight
-	if start {
-		b.inFlight++
-	}
-	b.mu.Unlock()
-	if start {
-		go b.send()
-	}
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(callQueued, callAbandoned) || c.state.CompareAndSwap(callSent, callAbandoned) {
-			return b.s.wrap(b.op, context.Cause(ctx))
-		}
-		<-c.done // the reply arrived as ctx ended: report it
-		return c.err
-	}
-}
-
-// send sends batches until the queue is empty.
-func (b *batcher) send() {
-	for {
-		b.mu.Lock()
-		batch := b.takeLocked()
-		if len(batch) == 0 {
-			b.inFlight--
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
-		// The call carries other callers' work, so it must not end with the
-		// first one's context; the context's values (trace spans) are kept.
-		b.exec(context.WithoutCancel(batch[0].ctx), batch)
-		for _, c := range batch {
-			if !c.state.CompareAndSwap(callSent, callDone) && c.err == nil && b.abandoned != nil {
-				go b.abandoned(c)
-			}
-			close(c.done)
-		}
-	}
-}
-
-// takeLocked takes from the queue the first waiting call and, up to
-// maxBatch, the waiting calls that fit with it, skipping the calls
-// abandoned while queued. Calls that do not fit keep their place for a
-// later batch.
-func (b *batcher) takeLocked() []*call {
-	var batch []*call
-	kept := b.queue[:0]
-	for _, q := range b.queue {
-		switch {
-		case len(batch) < b.maxBatch && (len(batch) == 0 || b.fits(batch[0], q)) &&
-			q.state.CompareAndSwap(callQueued, callSent):
-			if batch == nil {
-				batch = make([]*call, 0, min(len(b.queue), b.maxBatch))
-			}
-			batch = append(batch, q)
-		case q.state.Load() == callQueued:
-			kept = append(kept, q)
-		}
-	}
-	clear(b.queue[len(kept):])
-	b.queue = kept
-	return batch
-}
-
-// newBatchers sets up the store's claim and completion batchers.
+// newBatchers sets up the store's claim and completion batchers: concurrent
+// claims (of one lease length) and completions each share script calls,
+// see [storekit.Coalescer].
 func (s *Store) newBatchers(maxBatch int) {
-	s.claims = &batcher{s: s, op: "claim", maxBatch: maxBatch, exec: s.execClaims,
-		fits:      func(first, c *call) bool { return c.lease.ms == first.lease.ms },
-		abandoned: s.releaseAbandoned}
-	s.completes = &batcher{s: s, op: "complete", maxBatch: maxBatch, exec: s.execCompletes,
-		fits: func(_, _ *call) bool { return true }}
+	s.claims = &storekit.Coalescer[*call]{MaxBatch: maxBatch, InFlight: callsInFlight, Exec: s.execClaims,
+		Fits:      func(first, c *call) bool { return c.lease.ms == first.lease.ms },
+		Abandoned: s.releaseAbandoned,
+		Wrap:      func(err error) error { return s.wrap("claim", err) }}
+	s.completes = &storekit.Coalescer[*call]{MaxBatch: maxBatch, InFlight: callsInFlight, Exec: s.execCompletes,
+		Wrap: func(err error) error { return s.wrap("complete", err) }}
 }
 
 // releaseAbandoned releases the lease of a claim whose caller stopped
@@ -202,7 +63,7 @@ func (s *Store) releaseAbandoned(c *call) {
 	if c.claim.Outcome != idem.Acquired {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), releaseAbandonedTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), releaseAbandonedTimeout)
 	defer cancel()
 	_ = s.releaseKey(ctx, c.key, c.claim.Token)
 }
@@ -236,7 +97,7 @@ func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
 			return failAll(calls, s.wrap("complete", fmt.Errorf("unknown reply %d", n)))
 		}
 		for _, c := range calls {
-			c.err = nil
+			c.Err = nil
 		}
 		return nil
 	}
@@ -249,11 +110,11 @@ func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
 	}
 	for i, c := range calls {
 		if ierr := vals[i].Error(); ierr != nil {
-			c.err = s.wrap("complete", ierr)
+			c.Err = s.wrap("complete", ierr)
 			continue
 		}
 		n, ierr := vals[i].AsInt64()
-		c.err = s.tokenReply("complete", c.key, c.token, n, ierr)
+		c.Err = s.tokenReply("complete", c.key, c.token, n, ierr)
 	}
 	return nil
 }
@@ -262,7 +123,7 @@ func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
 // it.
 func failAll(calls []*call, err error) error {
 	for _, c := range calls {
-		c.err = err
+		c.Err = err
 	}
 	return err
 }
@@ -278,7 +139,7 @@ func (s *Store) execMulti(ctx context.Context, script *rueidis.Lua, calls []*cal
 	}
 	per := 1
 	if s.claims != nil {
-		per = s.claims.maxBatch
+		per = s.claims.MaxBatch
 	}
 	var chunks [][]*call
 	for _, c := range calls {
@@ -332,7 +193,7 @@ func (s *Store) setClaims(calls []*call, reply rueidis.RedisResult) error {
 			return failAll(calls, s.wrap("claim", fmt.Errorf("unknown reply %d", token)))
 		}
 		for _, c := range calls {
-			c.claim, c.err = freshClaim(c, token, token/1000), nil
+			c.claim, c.Err = freshClaim(c, token, token/1000), nil
 		}
 		return nil
 	}
@@ -351,7 +212,7 @@ func (s *Store) setClaims(calls []*call, reply rueidis.RedisResult) error {
 		return failAll(calls, s.wrap("claim", err))
 	}
 	for i, c := range calls {
-		c.claim, c.err = s.decodeClaim(c, token, now, &vals[i+2])
+		c.claim, c.Err = s.decodeClaim(c, token, now, &vals[i+2])
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	claims, err := s.claimCalls(ctx, reqs)
 	var leases []held
 	for k := range claims {
-		if c := &claims[k]; c.err == nil && c.claim.Outcome == idem.Acquired {
+		if c := &claims[k]; c.Err == nil && c.claim.Outcome == idem.Acquired {
 			leases = append(leases, held{msg: at[k], key: c.key, token: c.claim.Token})
 		}
 	}
@@ -83,9 +83,9 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	results := make([]idem.Outcome, len(msgs))
 	for k := range claims {
 		i, c := at[k], &claims[k]
-		if c.err != nil {
+		if c.Err != nil {
 			s.releaseHeld(ctx, leases)
-			return nil, fmt.Errorf("idemredis: process batch: message %d: %w", i, c.err)
+			return nil, fmt.Errorf("idemredis: process batch: message %d: %w", i, c.Err)
 		}
 		res, err := storekit.JudgeClaim(c.claim.Outcome, msgs[i])
 		switch {
@@ -147,14 +147,14 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	done := make([]call, len(leases))
 	for k, l := range leases {
 		m := msgs[l.msg]
-		done[k].err = s.completeCall(&done[k], l.key, idem.CompleteRequest{Token: l.token, Retention: m.RetentionOrDefault()})
+		done[k].Err = s.completeCall(&done[k], l.key, idem.CompleteRequest{Token: l.token, Retention: m.RetentionOrDefault()})
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer ccancel()
 	if err = s.completeCalls(cctx, done); err == nil {
 		errs := make([]error, 0, len(done))
 		for k := range done {
-			errs = append(errs, done[k].err)
+			errs = append(errs, done[k].Err)
 		}
 		err = errors.Join(errs...)
 	}

@@ -97,7 +97,7 @@ type Store struct {
 	lease atomic.Pointer[leaseText]
 	// claims and completes batch concurrent calls; nil in cluster mode
 	// or with Coalesce 1, where each is its own call.
-	claims, completes *batcher
+	claims, completes *storekit.Coalescer[*call]
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -290,14 +290,14 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	lease := s.leaseOf(req.Lease)
 	c := &call{key: s.recordKey(req.Scope, req.Key), id: identity(req.Fingerprint, req.Scope, req.Key), lease: lease}
 	if s.claims != nil {
-		if err := s.claims.do(ctx, c); err != nil {
+		if err := s.claims.Do(ctx, c); err != nil {
 			// c may still be in flight: its sender writes c.claim.
 			return idem.Claim{}, err
 		}
 		return c.claim, nil
 	}
 	s.execClaims(ctx, []*call{c})
-	return c.claim, c.err
+	return c.claim, c.Err
 }
 
 // MaxBatch bounds the requests of one [Store.ClaimBatch], [Store.CompleteBatch]
@@ -343,7 +343,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]Bat
 	}
 	out := make([]BatchClaim, len(reqs))
 	for i := range calls {
-		out[i] = BatchClaim{Claim: calls[i].claim, Err: calls[i].err}
+		out[i] = BatchClaim{Claim: calls[i].claim, Err: calls[i].Err}
 	}
 	return out, err
 }
@@ -438,12 +438,12 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []idem.CompleteRequest) 
 	}
 	calls := make([]call, len(reqs))
 	for i, req := range reqs {
-		calls[i].err = s.completeCall(&calls[i], s.recordKey(req.Scope, req.Key), req)
+		calls[i].Err = s.completeCall(&calls[i], s.recordKey(req.Scope, req.Key), req)
 	}
 	err := s.completeCalls(ctx, calls)
 	out := make([]error, len(reqs))
 	for i := range calls {
-		out[i] = calls[i].err
+		out[i] = calls[i].Err
 	}
 	return out, err
 }
@@ -453,7 +453,7 @@ func (s *Store) CompleteBatch(ctx context.Context, reqs []idem.CompleteRequest) 
 func (s *Store) completeCalls(ctx context.Context, calls []call) error {
 	ptrs := make([]*call, 0, len(calls))
 	for i := range calls {
-		if calls[i].err == nil {
+		if calls[i].Err == nil {
 			ptrs = append(ptrs, &calls[i])
 		}
 	}
@@ -471,10 +471,10 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 		return err
 	}
 	if s.completes != nil {
-		return s.completes.do(ctx, c)
+		return s.completes.Do(ctx, c)
 	}
 	s.execCompletes(ctx, []*call{c})
-	return c.err
+	return c.Err
 }
 
 // Release implements [idem.Store].
