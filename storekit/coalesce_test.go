@@ -17,7 +17,7 @@ import (
 type op struct {
 	storekit.Pending
 	n, got int
-	kind  string
+	kind   string
 }
 
 // fakeStore records the store calls a Coalescer makes; the first hold of
