@@ -9,3 +9,7 @@ func ExtendBatchSQL(s *Store) string { return s.q.extendBatch }
 
 // ExtendsQueued is how many Extends wait for a statement now.
 func ExtendsQueued(s *Store) int { return s.extends.Queued() }
+
+// ExtendAlone makes every Extend of s a statement of its own, as before
+// heartbeats shared statements, for side-by-side benchmarks.
+func ExtendAlone(s *Store) { s.extends.InFlight = 1 << 30 }

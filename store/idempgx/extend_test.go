@@ -48,7 +48,7 @@ type extendEnv struct {
 	leases map[string]int64 // key → token
 }
 
-func newExtendEnv(t *testing.T, keys int) *extendEnv {
+func newExtendEnv(t testing.TB, keys int) *extendEnv {
 	t.Helper()
 	schema := migratedSchema(t)
 	cfg, err := pgxpool.ParseConfig(databaseURL(t))
