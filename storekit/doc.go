@@ -10,6 +10,8 @@
 //   - [Keep]: the lease keeper (heartbeat loop) the Guard itself uses;
 //   - [Gate] and [HolderConns]: the connections a pool keeps for lease
 //     holders, so that a heartbeat never queues behind a burst of claims;
+//   - [Coalescer]: concurrent calls of one kind sent as one store call
+//     (idemredis's claims and completions, idempgx's heartbeats);
 //   - [NewStep]: the verdict on one more step of an operation
 //     (idem.StepStore) and the step to write;
 //   - [ListOrdered]: idem.Lister for a store that reads its records in

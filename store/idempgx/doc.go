@@ -107,6 +107,18 @@
 //   - Each Store keeps its own reserve: two Stores over one pool (one per
 //     schema, say) can together take all of it.
 //
+// Heartbeats that fall due together share a statement. A process that
+// took many leases in one burst (idem proxy under a spike, a consumer's
+// large batch) heartbeats them together every Lease/3; one statement and
+// one commit each, hundreds of them queued on the holders' connections
+// for longer than a short lease's heartbeat period. Extends that arrive
+// while two heartbeat statements are in flight wait and go out together,
+// up to 512 in one UPDATE over arrays, each with its own answer (its new
+// expiry, or ErrLeaseLost). A lone Extend is one statement, sent at once.
+// A caller whose context ends stops waiting; the shared statement goes on
+// for the others and ends with the last of their deadlines.
+// BenchmarkExtendBurst compares it with one statement each.
+//
 // Size the pool for the statements in flight, not for the requests: a
 // claim holds a connection for one or two short statements, a holder for
 // one, and nothing holds one while the guarded function runs. pgxpool's
