@@ -65,6 +65,11 @@ type Coalescer[C Call] struct {
 	// Fits, if set, reports whether c can join a store call that starts
 	// with first; a call that does not fit waits for a later one.
 	Fits func(first, c C) bool
+	// Weight, if set, weighs a call (the bytes it sends, say); a group
+	// takes no call that would bring its weight over MaxWeight, except its
+	// first.
+	Weight    func(c C) int
+	MaxWeight int
 	// Abandoned, if set, is called (on a goroutine of its own) for a call
 	// that succeeded after its caller stopped waiting.
 	Abandoned func(c C)
@@ -164,21 +169,28 @@ func (b *Coalescer[C]) send() {
 }
 
 // takeLocked takes from the queue the first waiting call and, up to
-// MaxBatch, the waiting calls that fit with it, skipping the calls
-// abandoned while queued. Calls that do not fit keep their place for a
+// MaxBatch and MaxWeight, the waiting calls that fit with it, skipping the
+// calls abandoned while queued. Calls that do not fit keep their place for a
 // later group.
 func (b *Coalescer[C]) takeLocked() []C {
 	var batch []C
+	weight := 0
 	kept := b.queue[:0]
 	for _, q := range b.queue {
 		p := q.pending()
+		w := 0
+		if b.Weight != nil {
+			w = b.Weight(q)
+		}
 		switch {
-		case len(batch) < max(b.MaxBatch, 1) && (len(batch) == 0 || b.Fits == nil || b.Fits(batch[0], q)) &&
+		case len(batch) < max(b.MaxBatch, 1) &&
+			(len(batch) == 0 || (b.Fits == nil || b.Fits(batch[0], q)) && (b.Weight == nil || weight+w <= b.MaxWeight)) &&
 			p.state.CompareAndSwap(callQueued, callSent):
 			if batch == nil {
 				batch = make([]C, 0, min(len(b.queue), max(b.MaxBatch, 1)))
 			}
 			batch = append(batch, q)
+			weight += w
 		case p.state.Load() == callQueued:
 			kept = append(kept, q)
 		}

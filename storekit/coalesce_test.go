@@ -244,3 +244,26 @@ func TestCoalescerCallerGivesUp(t *testing.T) {
 		t.Errorf("the group's context ended: %v", got)
 	}
 }
+
+// TestCoalescerWeight: a group stops short of MaxWeight; a call heavier
+// than MaxWeight on its own still goes, alone.
+func TestCoalescerWeight(t *testing.T) {
+	t.Parallel()
+	f := newFake(1)
+	c := &storekit.Coalescer[*op]{MaxBatch: 64, InFlight: 1, Exec: f.exec,
+		Weight: func(o *op) int { return o.n }, MaxWeight: 10}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = c.Do(ctx, &op{n: 0}) })
+	waitUntil(t, "the lone call in flight", func() bool { return len(f.storeCalls()) == 1 })
+	for i, n := range []int{4, 5, 3, 20, 1} {
+		o := &op{n: n}
+		wg.Go(func() { _ = c.Do(ctx, o) })
+		waitUntil(t, "the call queued", func() bool { return c.Queued() == i+1 })
+	}
+	close(f.release)
+	wg.Wait()
+	if calls := f.storeCalls(); fmt.Sprint(calls) != "[[0] [4 5 1] [3] [20]]" {
+		t.Fatalf("store calls %v, want [[0] [4 5 1] [3] [20]]", calls)
+	}
+}

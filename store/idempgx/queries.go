@@ -7,8 +7,9 @@ import "github.com/jackc/pgx/v5"
 // pgx.Identifier.Sanitize; every value is a parameter.
 type queries struct {
 	claim, getLive, get, complete, release, extend, delete, purge string
-	// extendBatch is extend for many leases (see extend.go).
-	extendBatch                                              string
+	// extendBatch and completeBatch are extend and complete for many
+	// leases (see coalesce.go).
+	extendBatch, completeBatch                               string
 	processOne, processOneNew, processBatch, processBatchNew string
 	processLookup                                            string
 	// planLookup says to plan processLookup for its arguments on every
@@ -116,6 +117,13 @@ WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress'`,
 	expires_at = now() + $4 * interval '1 microsecond'
 WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_progress'
 RETURNING lease_expires_at`,
+
+		completeBatch: `UPDATE ` + t + ` AS r SET state = 'completed', result = u.result, failed = u.failed, tombstone = u.tombstone,
+	lease_expires_at = NULL, completed_at = now(), expires_at = now() + u.ret * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::boolean[], $6::boolean[], $7::bigint[])
+	AS u(scope, key, token, result, failed, tombstone, ret)
+WHERE r.scope = u.scope AND r.key = u.key AND r.token = u.token AND r.state = 'in_progress'
+RETURNING r.scope, r.key, r.token`,
 
 		extendBatch: `UPDATE ` + t + ` AS r SET lease_expires_at = now() + u.lease * interval '1 microsecond',
 	expires_at = now() + u.lease * interval '1 microsecond'

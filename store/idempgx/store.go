@@ -80,8 +80,10 @@ type Store struct {
 	holderAcquires  atomic.Int64
 	holderWaitNanos atomic.Int64
 
-	// extends sends concurrent heartbeats as one statement (extend.go).
-	extends *storekit.Coalescer[*extendCall]
+	// extends and completes send concurrent heartbeats, and concurrent
+	// completions, as one statement each (coalesce.go).
+	extends   *storekit.Coalescer[*extendCall]
+	completes *storekit.Coalescer[*completeCall]
 }
 
 var (
@@ -133,7 +135,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	s.schema = s.cfg.Schema
 	s.q = newQueries(s.schema, s.cfg.Partitioned)
 	s.sq = newStepQueries(s.schema)
-	s.newExtends()
+	s.newCoalescers()
 	return s, nil
 }
 
@@ -270,7 +272,8 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return idem.Claim{}, idem.Retryable(fmt.Errorf("idempgx: claim: record kept changing under %d attempts", maxRaceRetries))
 }
 
-// Complete implements [idem.Store].
+// Complete implements [idem.Store]. Concurrent Completes share one
+// statement and one commit.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if err := idem.ValidateComplete(req); err != nil {
 		return err
@@ -284,19 +287,9 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 		// A nil result is a valid empty result, not a tombstone.
 		result = []byte{}
 	}
-	conn, err := s.conn(ctx, "complete", true)
-	if err != nil {
-		return err
-	}
-	defer s.done(conn, true)
-	tag, err := conn.Exec(ctx, s.q.complete, req.Scope, req.Key, req.Token, result, req.Failed, tombstone, micros(req.Retention))
-	if err != nil {
-		return s.wrap("complete", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("idempgx: complete %q: %w", req.Key, idem.ErrLeaseLost)
-	}
-	return nil
+	c := &completeCall{scope: req.Scope, key: req.Key, token: req.Token, retention: micros(req.Retention),
+		result: result, failed: req.Failed, tombstone: tombstone}
+	return s.completes.Do(ctx, c)
 }
 
 // Release implements [idem.Store].

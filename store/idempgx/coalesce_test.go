@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,7 +64,8 @@ func newExtendEnv(t testing.TB, keys int) *extendEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pool.Close)
-	if e.s, err = idempgx.New(e.pool, &idempgx.Config{Schema: schema}); err != nil {
+	// A small MaxResultBytes, so that a completion can carry a tombstone.
+	if e.s, err = idempgx.New(e.pool, &idempgx.Config{Schema: schema, MaxResultBytes: 64}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
@@ -243,5 +245,98 @@ func TestExtendGroupEndsWithItsCallers(t *testing.T) {
 	}
 	if until, err := e.s.Extend(ctxT(t), "s", "k0", e.leases["k0"], 5*time.Minute); err != nil || time.Until(until) < 4*time.Minute {
 		t.Errorf("extend after the locks went: %v, %v", until, err)
+	}
+}
+
+// TestCompletesShareStatements: completions that arrive while others are in
+// flight go out as one statement, each with its own result and its own
+// answer: ErrLeaseLost for a stale token, and for the second of two
+// completions of one lease, as one after the other; a result over
+// MaxResultBytes still becomes a tombstone, and a failure stays a failure.
+func TestCompletesShareStatements(t *testing.T) {
+	t.Parallel()
+	const keys = 100
+	e := newExtendEnv(t, keys)
+	ctx := ctxT(t)
+	release := e.lock(t, "k0", "k1")
+	type call struct {
+		req idem.CompleteRequest
+		err error
+	}
+	complete := func(key string, token int64, result string, failed bool) *call {
+		return &call{req: idem.CompleteRequest{Scope: "s", Key: key, Token: token, Result: []byte(result), Failed: failed, Retention: time.Hour}}
+	}
+	calls := []*call{complete("k0", e.leases["k0"], "r-k0", false), complete("k1", e.leases["k1"], "r-k1", false)}
+	var wg sync.WaitGroup
+	run := func(c *call) { wg.Go(func() { c.err = e.s.Complete(ctx, c.req) }) }
+	for _, c := range calls {
+		run(c)
+	}
+	e.waitLocked(t, 2)
+	for i := 2; i < keys; i++ {
+		key := fmt.Sprint("k", i)
+		calls = append(calls, complete(key, e.leases[key], "r-"+key, i == 4))
+	}
+	calls[6].req.Result = []byte(strings.Repeat("x", 65)) // over MaxResultBytes
+	calls = append(calls,
+		complete("k5", e.leases["k5"]+1000, "stale", false), // a stale token
+		complete("k7", e.leases["k7"], "r-k7-again", false), // the same lease twice
+	)
+	for _, c := range calls[2:] {
+		run(c)
+	}
+	eventually(t, 30*time.Second, "every other completion queued", func() bool { return idempgx.CompletesQueued(e.s) == len(calls)-2 })
+	e.count.take(idempgx.CompleteBatchSQL(e.s))
+	release()
+	wg.Wait()
+
+	if n := e.count.take(idempgx.CompleteBatchSQL(e.s)); n < 1 || n > 2 {
+		t.Errorf("%d queued completions went out in %d statements, want 1 or 2", len(calls)-2, n)
+	}
+	twice := 0
+	for _, c := range calls {
+		key := c.req.Key
+		switch {
+		case key == "k7":
+			if c.err == nil {
+				twice++
+			} else if !errors.Is(c.err, idem.ErrLeaseLost) {
+				t.Errorf("complete k7: %v, want ErrLeaseLost for one of its two completions", c.err)
+			}
+		case string(c.req.Result) == "stale":
+			if !errors.Is(c.err, idem.ErrLeaseLost) {
+				t.Errorf("complete %s with a stale token: %v, want ErrLeaseLost", key, c.err)
+			}
+		case c.err != nil:
+			t.Errorf("complete %s: %v", key, c.err)
+		}
+	}
+	if twice != 1 {
+		t.Errorf("%d of the two completions of k7 succeeded, want 1", twice)
+	}
+	for i := range keys {
+		key := fmt.Sprint("k", i)
+		rec, err := e.s.Get(ctx, "s", key)
+		if err != nil || rec.State != idem.StateCompleted || rec.Token != e.leases[key] {
+			t.Errorf("%s: %+v, %v", key, rec, err)
+			continue
+		}
+		switch {
+		case i == 6:
+			if !rec.Tombstone || rec.Result != nil {
+				t.Errorf("k6: tombstone %v, result %q; want a tombstone", rec.Tombstone, rec.Result)
+			}
+		case i == 7:
+			if r := string(rec.Result); r != "r-k7" && r != "r-k7-again" {
+				t.Errorf("k7: result %q", r)
+			}
+		default:
+			if string(rec.Result) != "r-"+key || rec.Failed != (i == 4) || rec.Tombstone {
+				t.Errorf("%s: result %q, failed %v, tombstone %v", key, rec.Result, rec.Failed, rec.Tombstone)
+			}
+		}
+		if left := time.Until(rec.ExpiresAt); left < 50*time.Minute || left > time.Hour+time.Minute {
+			t.Errorf("%s: retention ends in %v, want an hour", key, left)
+		}
 	}
 }
