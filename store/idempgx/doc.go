@@ -107,17 +107,19 @@
 //   - Each Store keeps its own reserve: two Stores over one pool (one per
 //     schema, say) can together take all of it.
 //
-// Heartbeats that fall due together share a statement. A process that
-// took many leases in one burst (idem proxy under a spike, a consumer's
-// large batch) heartbeats them together every Lease/3; one statement and
-// one commit each, hundreds of them queued on the holders' connections
-// for longer than a short lease's heartbeat period. Extends that arrive
-// while two heartbeat statements are in flight wait and go out together,
-// up to 512 in one UPDATE over arrays, each with its own answer (its new
-// expiry, or ErrLeaseLost). A lone Extend is one statement, sent at once.
-// A caller whose context ends stops waiting; the shared statement goes on
-// for the others and ends with the last of their deadlines.
-// BenchmarkExtendBurst compares it with one statement each.
+// Heartbeats that fall due together share a statement, and so do
+// completions. A process that took many leases in one burst (idem proxy
+// under a spike, a consumer's large batch) heartbeats them together every
+// Lease/3 and often completes them together; at one statement and one
+// commit each, hundreds of them queued on the holders' connections for
+// longer than a short lease's heartbeat period. Extends (or Completes)
+// that arrive while two statements of their kind are in flight wait and
+// go out together, up to 512 in one UPDATE over arrays (completions: up
+// to 4 MiB of results), each with its own answer (its new expiry, or
+// ErrLeaseLost). A lone call is one statement, sent at once. A caller
+// whose context ends stops waiting; the shared statement goes on for the
+// others and ends with the last of their deadlines. BenchmarkHolderBurst
+// compares it with one statement each.
 //
 // Size the pool for the statements in flight, not for the requests: a
 // claim holds a connection for one or two short statements, a holder for
