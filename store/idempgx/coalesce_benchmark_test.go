@@ -22,7 +22,7 @@ func BenchmarkHolderBurst(b *testing.B) {
 	for _, kind := range []string{"extend", "complete"} {
 		for _, mode := range []string{"shared", "alone"} {
 			b.Run(kind+"/"+mode, func(b *testing.B) {
-				e := newExtendEnv(b, leases)
+				e := newExtendEnv(b, leases, false)
 				if mode == "alone" {
 					idempgx.ExtendAlone(e.s)
 					idempgx.CompleteAlone(e.s)

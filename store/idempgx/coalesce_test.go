@@ -49,9 +49,18 @@ type extendEnv struct {
 	leases map[string]int64 // key → token
 }
 
-func newExtendEnv(t testing.TB, keys int) *extendEnv {
+func newExtendEnv(t testing.TB, keys int, partitioned bool) *extendEnv {
 	t.Helper()
 	schema := migratedSchema(t)
+	if partitioned {
+		m, err := idempgx.NewMigrator(testPool(t), &idempgx.MigratorConfig{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Partition(context.Background(), &idempgx.PartitionOptions{Interval: time.Hour}); err != nil {
+			t.Fatalf("partition: %v", err)
+		}
+	}
 	cfg, err := pgxpool.ParseConfig(databaseURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +74,7 @@ func newExtendEnv(t testing.TB, keys int) *extendEnv {
 	}
 	t.Cleanup(e.pool.Close)
 	// A small MaxResultBytes, so that a completion can carry a tombstone.
-	if e.s, err = idempgx.New(e.pool, &idempgx.Config{Schema: schema, MaxResultBytes: 64}); err != nil {
+	if e.s, err = idempgx.New(e.pool, &idempgx.Config{Schema: schema, MaxResultBytes: 64, Partitioned: partitioned}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
@@ -135,69 +144,71 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 // while the others in the same statement are extended.
 func TestExtendsShareStatements(t *testing.T) {
 	t.Parallel()
-	const keys = 120
-	e := newExtendEnv(t, keys)
-	ctx := ctxT(t)
-	if err := e.s.Complete(ctx, idem.CompleteRequest{Scope: "s", Key: "k3", Token: e.leases["k3"], Retention: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	// The first two Extends go out alone and wait on row locks; the others
-	// queue behind them.
-	release := e.lock(t, "k0", "k1")
-	type call struct {
-		key   string
-		token int64
-		until time.Time
-		err   error
-	}
-	calls := []*call{{key: "k0", token: e.leases["k0"]}, {key: "k1", token: e.leases["k1"]}}
-	var wg sync.WaitGroup
-	extend := func(c *call) {
-		wg.Go(func() { c.until, c.err = e.s.Extend(ctx, "s", c.key, c.token, 2*time.Minute) })
-	}
-	for _, c := range calls {
-		extend(c)
-	}
-	e.waitLocked(t, 2)
-	for i := 2; i < keys; i++ {
-		key := fmt.Sprint("k", i)
-		calls = append(calls, &call{key: key, token: e.leases[key]})
-	}
-	calls = append(calls,
-		&call{key: "k5", token: e.leases["k5"] + 1000}, // a stale token
-		&call{key: "k7", token: e.leases["k7"]},        // one holder's heartbeat twice
-	)
-	for _, c := range calls[2:] {
-		extend(c)
-	}
-	eventually(t, 30*time.Second, "every other extend queued", func() bool { return idempgx.ExtendsQueued(e.s) == len(calls)-2 })
-	e.count.take(idempgx.ExtendBatchSQL(e.s))
-	release()
-	wg.Wait()
+	forLayouts(t, func(t *testing.T, partitioned bool) {
+		const keys = 120
+		e := newExtendEnv(t, keys, partitioned)
+		ctx := ctxT(t)
+		if err := e.s.Complete(ctx, idem.CompleteRequest{Scope: "s", Key: "k3", Token: e.leases["k3"], Retention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		// The first two Extends go out alone and wait on row locks; the others
+		// queue behind them.
+		release := e.lock(t, "k0", "k1")
+		type call struct {
+			key   string
+			token int64
+			until time.Time
+			err   error
+		}
+		calls := []*call{{key: "k0", token: e.leases["k0"]}, {key: "k1", token: e.leases["k1"]}}
+		var wg sync.WaitGroup
+		extend := func(c *call) {
+			wg.Go(func() { c.until, c.err = e.s.Extend(ctx, "s", c.key, c.token, 2*time.Minute) })
+		}
+		for _, c := range calls {
+			extend(c)
+		}
+		e.waitLocked(t, 2)
+		for i := 2; i < keys; i++ {
+			key := fmt.Sprint("k", i)
+			calls = append(calls, &call{key: key, token: e.leases[key]})
+		}
+		calls = append(calls,
+			&call{key: "k5", token: e.leases["k5"] + 1000}, // a stale token
+			&call{key: "k7", token: e.leases["k7"]},        // one holder's heartbeat twice
+		)
+		for _, c := range calls[2:] {
+			extend(c)
+		}
+		eventually(t, 30*time.Second, "every other extend queued", func() bool { return idempgx.ExtendsQueued(e.s) == len(calls)-2 })
+		e.count.take(idempgx.ExtendBatchSQL(e.s))
+		release()
+		wg.Wait()
 
-	if n := e.count.take(idempgx.ExtendBatchSQL(e.s)); n < 1 || n > 2 {
-		t.Errorf("%d queued extends went out in %d statements, want 1 or 2", len(calls)-2, n)
-	}
-	for i, c := range calls {
-		switch {
-		case c.key == "k3" || i == len(calls)-2: // completed, stale token
-			if !errors.Is(c.err, idem.ErrLeaseLost) {
-				t.Errorf("extend %s (token %d): %v, want ErrLeaseLost", c.key, c.token, c.err)
-			}
-		case c.err != nil:
-			t.Errorf("extend %s: %v", c.key, c.err)
-		default:
-			if got := e.leaseOf(t, c.key); !got.Equal(c.until) {
-				t.Errorf("extend %s returned %v; the record's lease is %v", c.key, c.until, got)
-			}
-			if left := time.Until(c.until); left < 90*time.Second {
-				t.Errorf("extend %s: lease ends in %v, want about 2m", c.key, left)
+		if n := e.count.take(idempgx.ExtendBatchSQL(e.s)); n < 1 || n > 2 {
+			t.Errorf("%d queued extends went out in %d statements, want 1 or 2", len(calls)-2, n)
+		}
+		for i, c := range calls {
+			switch {
+			case c.key == "k3" || i == len(calls)-2: // completed, stale token
+				if !errors.Is(c.err, idem.ErrLeaseLost) {
+					t.Errorf("extend %s (token %d): %v, want ErrLeaseLost", c.key, c.token, c.err)
+				}
+			case c.err != nil:
+				t.Errorf("extend %s: %v", c.key, c.err)
+			default:
+				if got := e.leaseOf(t, c.key); !got.Equal(c.until) {
+					t.Errorf("extend %s returned %v; the record's lease is %v", c.key, c.until, got)
+				}
+				if left := time.Until(c.until); left < 90*time.Second {
+					t.Errorf("extend %s: lease ends in %v, want about 2m", c.key, left)
+				}
 			}
 		}
-	}
-	if rec, err := e.s.Get(ctx, "s", "k3"); err != nil || rec.State != idem.StateCompleted {
-		t.Errorf("k3 after an extend of its completed record: %+v, %v", rec, err)
-	}
+		if rec, err := e.s.Get(ctx, "s", "k3"); err != nil || rec.State != idem.StateCompleted {
+			t.Errorf("k3 after an extend of its completed record: %+v, %v", rec, err)
+		}
+	})
 }
 
 // TestExtendGroupEndsWithItsCallers: a shared heartbeat statement does not
@@ -208,7 +219,7 @@ func TestExtendsShareStatements(t *testing.T) {
 func TestExtendGroupEndsWithItsCallers(t *testing.T) {
 	t.Parallel()
 	const keys = 10
-	e := newExtendEnv(t, keys)
+	e := newExtendEnv(t, keys, false)
 	all := make([]string, keys)
 	for i := range all {
 		all[i] = fmt.Sprint("k", i)
@@ -255,88 +266,101 @@ func TestExtendGroupEndsWithItsCallers(t *testing.T) {
 // MaxResultBytes still becomes a tombstone, and a failure stays a failure.
 func TestCompletesShareStatements(t *testing.T) {
 	t.Parallel()
-	const keys = 100
-	e := newExtendEnv(t, keys)
-	ctx := ctxT(t)
-	release := e.lock(t, "k0", "k1")
-	type call struct {
-		req idem.CompleteRequest
-		err error
-	}
-	complete := func(key string, token int64, result string, failed bool) *call {
-		return &call{req: idem.CompleteRequest{Scope: "s", Key: key, Token: token, Result: []byte(result), Failed: failed, Retention: time.Hour}}
-	}
-	calls := []*call{complete("k0", e.leases["k0"], "r-k0", false), complete("k1", e.leases["k1"], "r-k1", false)}
-	var wg sync.WaitGroup
-	run := func(c *call) { wg.Go(func() { c.err = e.s.Complete(ctx, c.req) }) }
-	for _, c := range calls {
-		run(c)
-	}
-	e.waitLocked(t, 2)
-	for i := 2; i < keys; i++ {
-		key := fmt.Sprint("k", i)
-		calls = append(calls, complete(key, e.leases[key], "r-"+key, i == 4))
-	}
-	calls[6].req.Result = []byte(strings.Repeat("x", 65)) // over MaxResultBytes
-	calls = append(calls,
-		complete("k5", e.leases["k5"]+1000, "stale", false), // a stale token
-		complete("k7", e.leases["k7"], "r-k7-again", false), // the same lease twice
-	)
-	for _, c := range calls[2:] {
-		run(c)
-	}
-	eventually(t, 30*time.Second, "every other completion queued", func() bool { return idempgx.CompletesQueued(e.s) == len(calls)-2 })
-	e.count.take(idempgx.CompleteBatchSQL(e.s))
-	release()
-	wg.Wait()
+	forLayouts(t, func(t *testing.T, partitioned bool) {
+		const keys = 100
+		e := newExtendEnv(t, keys, partitioned)
+		ctx := ctxT(t)
+		release := e.lock(t, "k0", "k1")
+		type call struct {
+			req idem.CompleteRequest
+			err error
+		}
+		complete := func(key string, token int64, result string, failed bool) *call {
+			return &call{req: idem.CompleteRequest{Scope: "s", Key: key, Token: token, Result: []byte(result), Failed: failed, Retention: time.Hour}}
+		}
+		calls := []*call{complete("k0", e.leases["k0"], "r-k0", false), complete("k1", e.leases["k1"], "r-k1", false)}
+		var wg sync.WaitGroup
+		run := func(c *call) { wg.Go(func() { c.err = e.s.Complete(ctx, c.req) }) }
+		for _, c := range calls {
+			run(c)
+		}
+		e.waitLocked(t, 2)
+		for i := 2; i < keys; i++ {
+			key := fmt.Sprint("k", i)
+			calls = append(calls, complete(key, e.leases[key], "r-"+key, i == 4))
+		}
+		calls[6].req.Result = []byte(strings.Repeat("x", 65)) // over MaxResultBytes
+		calls = append(calls,
+			complete("k5", e.leases["k5"]+1000, "stale", false), // a stale token
+			complete("k7", e.leases["k7"], "r-k7-again", false), // the same lease twice
+		)
+		for _, c := range calls[2:] {
+			run(c)
+		}
+		eventually(t, 30*time.Second, "every other completion queued", func() bool { return idempgx.CompletesQueued(e.s) == len(calls)-2 })
+		e.count.take(idempgx.CompleteBatchSQL(e.s))
+		release()
+		wg.Wait()
 
-	if n := e.count.take(idempgx.CompleteBatchSQL(e.s)); n < 1 || n > 2 {
-		t.Errorf("%d queued completions went out in %d statements, want 1 or 2", len(calls)-2, n)
-	}
-	twice := 0
-	for _, c := range calls {
-		key := c.req.Key
-		switch {
-		case key == "k7":
-			if c.err == nil {
-				twice++
-			} else if !errors.Is(c.err, idem.ErrLeaseLost) {
-				t.Errorf("complete k7: %v, want ErrLeaseLost for one of its two completions", c.err)
-			}
-		case string(c.req.Result) == "stale":
-			if !errors.Is(c.err, idem.ErrLeaseLost) {
-				t.Errorf("complete %s with a stale token: %v, want ErrLeaseLost", key, c.err)
-			}
-		case c.err != nil:
-			t.Errorf("complete %s: %v", key, c.err)
+		if n := e.count.take(idempgx.CompleteBatchSQL(e.s)); n < 1 || n > 2 {
+			t.Errorf("%d queued completions went out in %d statements, want 1 or 2", len(calls)-2, n)
 		}
-	}
-	if twice != 1 {
-		t.Errorf("%d of the two completions of k7 succeeded, want 1", twice)
-	}
-	for i := range keys {
-		key := fmt.Sprint("k", i)
-		rec, err := e.s.Get(ctx, "s", key)
-		if err != nil || rec.State != idem.StateCompleted || rec.Token != e.leases[key] {
-			t.Errorf("%s: %+v, %v", key, rec, err)
-			continue
-		}
-		switch {
-		case i == 6:
-			if !rec.Tombstone || rec.Result != nil {
-				t.Errorf("k6: tombstone %v, result %q; want a tombstone", rec.Tombstone, rec.Result)
-			}
-		case i == 7:
-			if r := string(rec.Result); r != "r-k7" && r != "r-k7-again" {
-				t.Errorf("k7: result %q", r)
-			}
-		default:
-			if string(rec.Result) != "r-"+key || rec.Failed != (i == 4) || rec.Tombstone {
-				t.Errorf("%s: result %q, failed %v, tombstone %v", key, rec.Result, rec.Failed, rec.Tombstone)
+		twice := 0
+		for _, c := range calls {
+			key := c.req.Key
+			switch {
+			case key == "k7":
+				if c.err == nil {
+					twice++
+				} else if !errors.Is(c.err, idem.ErrLeaseLost) {
+					t.Errorf("complete k7: %v, want ErrLeaseLost for one of its two completions", c.err)
+				}
+			case string(c.req.Result) == "stale":
+				if !errors.Is(c.err, idem.ErrLeaseLost) {
+					t.Errorf("complete %s with a stale token: %v, want ErrLeaseLost", key, c.err)
+				}
+			case c.err != nil:
+				t.Errorf("complete %s: %v", key, c.err)
 			}
 		}
-		if left := time.Until(rec.ExpiresAt); left < 50*time.Minute || left > time.Hour+time.Minute {
-			t.Errorf("%s: retention ends in %v, want an hour", key, left)
+		if twice != 1 {
+			t.Errorf("%d of the two completions of k7 succeeded, want 1", twice)
 		}
+		for i := range keys {
+			key := fmt.Sprint("k", i)
+			rec, err := e.s.Get(ctx, "s", key)
+			if err != nil || rec.State != idem.StateCompleted || rec.Token != e.leases[key] {
+				t.Errorf("%s: %+v, %v", key, rec, err)
+				continue
+			}
+			switch {
+			case i == 6:
+				if !rec.Tombstone || rec.Result != nil {
+					t.Errorf("k6: tombstone %v, result %q; want a tombstone", rec.Tombstone, rec.Result)
+				}
+			case i == 7:
+				if r := string(rec.Result); r != "r-k7" && r != "r-k7-again" {
+					t.Errorf("k7: result %q", r)
+				}
+			default:
+				if string(rec.Result) != "r-"+key || rec.Failed != (i == 4) || rec.Tombstone {
+					t.Errorf("%s: result %q, failed %v, tombstone %v", key, rec.Result, rec.Failed, rec.Tombstone)
+				}
+			}
+			if left := time.Until(rec.ExpiresAt); left < 50*time.Minute || left > time.Hour+time.Minute {
+				t.Errorf("%s: retention ends in %v, want an hour", key, left)
+			}
+		}
+	})
+}
+
+// forLayouts runs test on the plain and the partitioned layout, in
+// parallel.
+func forLayouts(t *testing.T, test func(t *testing.T, partitioned bool)) {
+	for _, partitioned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "partitioned"}[partitioned], func(t *testing.T) {
+			t.Parallel()
+			test(t, partitioned)
+		})
 	}
 }
