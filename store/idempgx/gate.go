@@ -25,8 +25,9 @@ type ConnStats struct {
 	GatedWaits    int64
 	GatedWaitTime time.Duration
 	// HolderAcquires counts the connections Extend, Complete and Release
-	// took from the pool, and HolderAcquireWait adds up how long they
-	// waited for them.
+	// took from the pool (one per statement: concurrent heartbeats, and
+	// concurrent completions, share one), and HolderAcquireWait adds up
+	// how long they waited for them.
 	HolderAcquires    int64
 	HolderAcquireWait time.Duration
 }
