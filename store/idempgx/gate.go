@@ -10,8 +10,8 @@ import (
 
 // ConnStats says how the store's calls waited for pool connections. The
 // counters only grow, so a rate of HolderAcquireWait over HolderAcquires
-// is the mean time a heartbeat, completion or release waited for a
-// connection: if it grows, leases are at risk (raise the pool's MaxConns
+// is the mean time a statement of heartbeats, completions or a release
+// waited for a connection: if it grows, leases are at risk (raise the pool's MaxConns
 // or [Config].HolderConns). [pgxpool.Pool.Stat] has the pool's own view.
 type ConnStats struct {
 	// MaxConns is the pool's MaxConns, HolderConns how many of them
