@@ -311,13 +311,33 @@ func (p *proxyProc) outcomes() map[string]int {
 }
 
 // checkHealthyLog fails if the proxy lost a lease, could not record a
-// response or saw a slow or failed heartbeat.
+// response or saw a slow or failed heartbeat, and then shows the first
+// of those warnings whole (how long the heartbeat took, its error).
 func (p *proxyProc) checkHealthyLog(t *testing.T) {
 	t.Helper()
+	unhealthy := func(o string) bool {
+		return o == string(idem.NotRecorded) || o == string(idem.Errored) ||
+			strings.Contains(o, "heartbeat") || strings.Contains(o, "lease may expire") || strings.Contains(o, "could not be recorded")
+	}
+	failed := false
 	for o, n := range p.outcomes() {
-		if o == string(idem.NotRecorded) || o == string(idem.Errored) ||
-			strings.Contains(o, "heartbeat") || strings.Contains(o, "lease may expire") || strings.Contains(o, "could not be recorded") {
+		if unhealthy(o) {
 			t.Errorf("proxy log: %d × %q", n, o)
+			failed = true
+		}
+	}
+	if !failed {
+		return
+	}
+	shown := 0
+	for line := range strings.Lines(p.stderr.String()) {
+		var l struct{ Msg, Level, Outcome string }
+		if shown == 5 || json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		if l.Msg == "request" && unhealthy(l.Outcome) || (l.Level == "WARN" || l.Level == "ERROR") && unhealthy("log:"+l.Msg) {
+			t.Logf("proxy log line: %s", strings.TrimSpace(line))
+			shown++
 		}
 	}
 }
