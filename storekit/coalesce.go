@@ -96,16 +96,7 @@ func (b *Coalescer[C]) Do(ctx context.Context, c C) error {
 		// Nothing is waiting: send c alone, from the caller's goroutine.
 		b.inFlight++
 		b.mu.Unlock()
-		b.Exec(ctx, []C{c})
-		b.mu.Lock()
-		start := len(b.queue) > 0 // arrived meanwhile: this slot sends them
-		if !start {
-			b.inFlight--
-		}
-		b.mu.Unlock()
-		if start {
-			go b.send()
-		}
+		b.lone(ctx, c)
 		return p.Err
 	}
 	p.done = make(chan struct{})
@@ -135,6 +126,25 @@ func (b *Coalescer[C]) Queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.queue)
+}
+
+// lone makes the store call of a lone call, then hands its slot to the
+// calls that queued meanwhile, or gives it back; also when Exec panics (the
+// panic goes on to the caller, which may recover, as net/http does, and a
+// slot kept would leave later calls queued with no sender).
+func (b *Coalescer[C]) lone(ctx context.Context, c C) {
+	defer func() {
+		b.mu.Lock()
+		start := len(b.queue) > 0 // arrived meanwhile: this slot sends them
+		if !start {
+			b.inFlight--
+		}
+		b.mu.Unlock()
+		if start {
+			go b.send()
+		}
+	}()
+	b.Exec(ctx, []C{c})
 }
 
 func (b *Coalescer[C]) wrap(err error) error {

@@ -267,3 +267,32 @@ func TestCoalescerWeight(t *testing.T) {
 		t.Fatalf("store calls %v, want [[0] [4 5 1] [3] [20]]", calls)
 	}
 }
+
+// TestCoalescerLonePanic: a lone call whose store call panics passes the
+// panic to its caller and gives its slot back, so the calls after it are
+// still sent (a kept slot would leave them queued with no sender).
+func TestCoalescerLonePanic(t *testing.T) {
+	t.Parallel()
+	c := &storekit.Coalescer[*op]{MaxBatch: 8, InFlight: 1, Exec: func(_ context.Context, ops []*op) {
+		for _, o := range ops {
+			if o.n == 13 {
+				panic("store call panicked")
+			}
+			o.got = 2 * o.n
+		}
+	}}
+	func() {
+		defer func() {
+			if r := recover(); r != "store call panicked" {
+				t.Errorf("recovered %v, want the store call's panic", r)
+			}
+		}()
+		_ = c.Do(context.Background(), &op{n: 13})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o := &op{n: 2}
+	if err := c.Do(ctx, o); err != nil || o.got != 4 {
+		t.Fatalf("the call after the panic: %v, got %d", err, o.got)
+	}
+}
