@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -148,6 +149,20 @@ func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) 
 	}
 	elapsed := time.Since(workStart)
 	for i, c := range children {
+		// A process restarted just before the drain may not yet handle
+		// SIGTERM, and would die of it instead of stopping.
+		for ready := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			c.mu.Lock()
+			up := strings.Contains(c.out.String(), workerReady)
+			c.mu.Unlock()
+			if up {
+				break
+			}
+			if time.Now().After(ready) {
+				t.Errorf("worker process %d did not start within a minute", i)
+				break
+			}
+		}
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 		if err := c.cmd.Wait(); err != nil {
 			c.mu.Lock()
@@ -204,12 +219,17 @@ func RunAcceptance[Tx any](t *testing.T, env Env[Tx], command func() *exec.Cmd) 
 		elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
 }
 
+// workerReady is the line ServeWorker prints once SIGTERM stops it
+// gracefully.
+const workerReady = "inboxtest: worker ready"
+
 // ServeWorker is the body of an acceptance worker process: it runs
 // IDEM_INBOX_WORKERS worker loops whose handler writes the effect and then
 // fails at random (5%), until SIGTERM. It returns when stopped.
 func ServeWorker[Tx any](env Env[Tx]) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	fmt.Println(workerReady) // SIGTERM now stops it gracefully
 	failPermille := envInt(envFailRate, 50)
 	w, err := inbox.NewWorker(env.Backend, &inbox.Config{
 		Workers: envInt(EnvWorkers, 8), BatchSize: 10, Lease: time.Second, PollInterval: 20 * time.Millisecond,
