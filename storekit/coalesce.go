@@ -35,6 +35,14 @@ func (p *Pending) pending() *Pending { return p }
 // Call is a store's call type with a [Pending] embedded.
 type Call interface{ pending() *Pending }
 
+// Fail gives every call of a failed store call err, and returns it.
+func Fail[C Call](calls []C, err error) error {
+	for _, c := range calls {
+		c.pending().Err = err
+	}
+	return err
+}
+
 // Coalescer gathers the calls of one kind that arrive while earlier ones
 // are in flight and sends them as one store call: its fixed cost (a
 // statement or a script call, a round trip, a commit, the system calls) is

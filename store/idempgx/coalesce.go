@@ -11,6 +11,7 @@ import (
 	"github.com/idem-go/idem"
 	"github.com/idem-go/idem/storekit"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Lease holders' writes share statements. A process that holds many
@@ -55,9 +56,15 @@ type completeCall struct {
 
 // newCoalescers sets up the store's heartbeat and completion coalescers.
 func (s *Store) newCoalescers() {
-	s.extends = &storekit.Coalescer[*extendCall]{MaxBatch: holderBatch, InFlight: holderInFlight, Exec: s.execExtends,
+	s.extends = &storekit.Coalescer[*extendCall]{MaxBatch: holderBatch, InFlight: holderInFlight,
+		Exec: func(ctx context.Context, calls []*extendCall) {
+			holderStatement(s, ctx, "extend", calls, s.extendStatement)
+		},
 		Wrap: func(err error) error { return s.wrap("extend", err) }}
-	s.completes = &storekit.Coalescer[*completeCall]{MaxBatch: holderBatch, InFlight: holderInFlight, Exec: s.execCompletes,
+	s.completes = &storekit.Coalescer[*completeCall]{MaxBatch: holderBatch, InFlight: holderInFlight,
+		Exec: func(ctx context.Context, calls []*completeCall) {
+			holderStatement(s, ctx, "complete", calls, s.completeStatement)
+		},
 		Weight: func(c *completeCall) int { return len(c.result) }, MaxWeight: completeBytes,
 		Wrap: func(err error) error { return s.wrap("complete", err) }}
 }
@@ -79,17 +86,9 @@ func (s *Store) Extend(ctx context.Context, scope, key string, token int64, leas
 	return c.until, nil
 }
 
-// execExtends extends the leases of calls, one statement for all, and sets
-// each call's until or error.
-func (s *Store) execExtends(ctx context.Context, calls []*extendCall) {
-	ctx, cancel := groupContext(ctx, calls)
-	defer cancel()
-	conn, err := s.conn(ctx, "extend", true)
-	if err != nil {
-		failAll(calls, err)
-		return
-	}
-	defer s.done(conn, true)
+// extendStatement extends the leases of calls, one statement for all, and
+// sets each call's until or error.
+func (s *Store) extendStatement(ctx context.Context, conn *pgxpool.Conn, calls []*extendCall) {
 	if len(calls) == 1 {
 		c := calls[0]
 		err := conn.QueryRow(ctx, s.q.extend, c.scope, c.key, c.token, c.lease).Scan(&c.until)
@@ -119,7 +118,7 @@ func (s *Store) execExtends(ctx context.Context, calls []*extendCall) {
 		})
 	}
 	if err != nil {
-		failAll(calls, s.wrap("extend", err))
+		storekit.Fail(calls, s.wrap("extend", err))
 		return
 	}
 	// A lease extended twice in one statement (two heartbeats of one
@@ -133,17 +132,9 @@ func (s *Store) execExtends(ctx context.Context, calls []*extendCall) {
 	}
 }
 
-// execCompletes completes the records of calls, one statement for all,
-// and sets each call's error.
-func (s *Store) execCompletes(ctx context.Context, calls []*completeCall) {
-	ctx, cancel := groupContext(ctx, calls)
-	defer cancel()
-	conn, err := s.conn(ctx, "complete", true)
-	if err != nil {
-		failAll(calls, err)
-		return
-	}
-	defer s.done(conn, true)
+// completeStatement completes the records of calls, one statement for
+// all, and sets each call's error.
+func (s *Store) completeStatement(ctx context.Context, conn *pgxpool.Conn, calls []*completeCall) {
 	if len(calls) == 1 {
 		c := calls[0]
 		tag, err := conn.Exec(ctx, s.q.complete, c.scope, c.key, c.token, c.result, c.failed, c.tombstone, c.retention)
@@ -183,7 +174,7 @@ func (s *Store) execCompletes(ctx context.Context, calls []*completeCall) {
 		})
 	}
 	if err != nil {
-		failAll(send, s.wrap("complete", err))
+		storekit.Fail(send, s.wrap("complete", err))
 		return
 	}
 	for _, c := range send {
@@ -210,6 +201,24 @@ func sortCalls[C any](calls []C, of func(C) lease) {
 	})
 }
 
+// holderStatement runs statement for calls on a lease holder's connection
+// (see Store.conn), with the context groupContext gives them; when no
+// connection comes, every call fails.
+func holderStatement[C interface {
+	storekit.Call
+	Context() context.Context
+}](s *Store, ctx context.Context, op string, calls []C, statement func(context.Context, *pgxpool.Conn, []C)) {
+	ctx, cancel := groupContext(ctx, calls)
+	defer cancel()
+	conn, err := s.conn(ctx, op, true)
+	if err != nil {
+		storekit.Fail(calls, err)
+		return
+	}
+	defer s.done(conn, true)
+	statement(ctx, conn, calls)
+}
+
 // groupContext returns the context of one statement for calls. A lone
 // call's is its own. A group's does not end with any caller's (see
 // [storekit.Coalescer]): it ends with the last of their deadlines, so that
@@ -231,13 +240,3 @@ func groupContext[C interface{ Context() context.Context }](ctx context.Context,
 	}
 	return context.WithDeadline(ctx, last)
 }
-
-// failAll gives every call of a failed statement its error.
-func failAll[C interface{ fail(error) }](calls []C, err error) {
-	for _, c := range calls {
-		c.fail(err)
-	}
-}
-
-func (c *extendCall) fail(err error)   { c.Err = err }
-func (c *completeCall) fail(err error) { c.Err = err }

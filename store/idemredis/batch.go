@@ -94,7 +94,7 @@ func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
 	if n, err := reply.AsInt64(); err == nil {
 		// Every record was completed.
 		if n != 1 {
-			return failAll(calls, s.wrap("complete", fmt.Errorf("unknown reply %d", n)))
+			return storekit.Fail(calls, s.wrap("complete", fmt.Errorf("unknown reply %d", n)))
 		}
 		for _, c := range calls {
 			c.Err = nil
@@ -106,7 +106,7 @@ func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
 		err = fmt.Errorf("reply has %d elements, want %d", len(vals), len(calls))
 	}
 	if err != nil {
-		return failAll(calls, s.wrap("complete", err))
+		return storekit.Fail(calls, s.wrap("complete", err))
 	}
 	for i, c := range calls {
 		if ierr := vals[i].Error(); ierr != nil {
@@ -117,15 +117,6 @@ func (s *Store) setCompletes(calls []*call, reply rueidis.RedisResult) error {
 		c.Err = s.tokenReply("complete", c.key, c.token, n, ierr)
 	}
 	return nil
-}
-
-// failAll gives every call of a failed script call its error, and returns
-// it.
-func failAll(calls []*call, err error) error {
-	for _, c := range calls {
-		c.Err = err
-	}
-	return err
 }
 
 // execMulti sends calls as script calls of up to the store's batch size,
@@ -190,7 +181,7 @@ func (s *Store) setClaims(calls []*call, reply rueidis.RedisResult) error {
 	if token, err := reply.AsInt64(); err == nil {
 		// Every item was a fresh claim with this token.
 		if token <= 0 {
-			return failAll(calls, s.wrap("claim", fmt.Errorf("unknown reply %d", token)))
+			return storekit.Fail(calls, s.wrap("claim", fmt.Errorf("unknown reply %d", token)))
 		}
 		for _, c := range calls {
 			c.claim, c.Err = freshClaim(c, token, token/1000), nil
@@ -209,7 +200,7 @@ func (s *Store) setClaims(calls []*call, reply rueidis.RedisResult) error {
 		err = errors.Join(err1, err2)
 	}
 	if err != nil {
-		return failAll(calls, s.wrap("claim", err))
+		return storekit.Fail(calls, s.wrap("claim", err))
 	}
 	for i, c := range calls {
 		c.claim, c.Err = s.decodeClaim(c, token, now, &vals[i+2])
