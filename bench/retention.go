@@ -411,6 +411,14 @@ func (t *retTable) fillRows(ctx context.Context, n int) error {
 		if t.bucket == 0 {
 			t.bucket = bucket
 		}
+		// The rotations left empty partitions behind (and the conversion
+		// its first): every claim probes each partition, so a row that
+		// kept them would probe two more than the drop row does once its
+		// retention ran. Gone, every partitioned row starts its runs with
+		// two: the current one and the filled one.
+		if err := t.dropEmpty(ctx, name); err != nil {
+			return err
+		}
 	} else if err := t.exec(ctx, fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES IN (%d)`, tbl, part, bucket)); err != nil {
 		return err
 	}
@@ -426,6 +434,37 @@ func (t *retTable) fillRows(ctx context.Context, n int) error {
 	}
 	t.filled[name] = int64(n)
 	t.expired += int64(n)
+	return nil
+}
+
+// dropEmpty detaches and drops every empty partition of the table but
+// keep and the current bucket's.
+func (t *retTable) dropEmpty(ctx context.Context, keep string) error {
+	var cur int64
+	if err := t.pool.QueryRow(ctx, `SELECT cur FROM `+pgx.Identifier{t.schema, "idem_record_buckets"}.Sanitize()).Scan(&cur); err != nil {
+		return err
+	}
+	rows, err := t.pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass($1) AND c.relname <> $2 AND c.relname <> $3`, t.table(), keep, partitionOf(cur))
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		part := pgx.Identifier{t.schema, name}.Sanitize()
+		var empty bool
+		if err := t.pool.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM `+part+`)`).Scan(&empty); err != nil {
+			return err
+		}
+		if empty {
+			if err := t.exec(ctx, `ALTER TABLE `+t.table()+` DETACH PARTITION `+part, `DROP TABLE `+part); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

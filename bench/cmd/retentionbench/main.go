@@ -10,6 +10,12 @@
 // held, the rows the retention retired and the table's size.
 //
 //	IDEM_BENCH_VERBOSE=1 go run ./cmd/retentionbench --rows 10000000 --runs 3
+//
+// The tables go where the server's default_tablespace puts them; a
+// --postgres URL that ends in &default_tablespace=NAME puts all four on
+// tablespace NAME, for instance one on a filesystem mounted without online
+// discard (see docs/operations.md: on a filesystem mounted with discard a
+// large DROP stalls the server's commits while the device trims).
 package main
 
 import (
