@@ -43,6 +43,40 @@ func Fail[C Call](calls []C, err error) error {
 	return err
 }
 
+// GroupContext returns the context for the store call that carries calls,
+// with the values of ctx (Exec's). A group's store call must not end with
+// any one caller's context, nor outlive them all: it ends once every
+// caller's context has ended (the last of their deadlines, or
+// cancellations), so that a server that stops answering, or a statement
+// waiting on a row lock, cannot hold a connection for callers that have
+// all gone, while the store call goes on as long as one of them waits. A
+// lone call's context ends, in effect, with its own. Call the returned
+// function when the store call is done.
+func GroupContext[C Call](ctx context.Context, calls []C) (context.Context, context.CancelFunc) {
+	if len(calls) == 1 && calls[0].pending().ctx == ctx {
+		// A lone call sent with its own context, as Coalescer does.
+		return ctx, func() {}
+	}
+	gctx, cancel := context.WithCancelCause(ctx)
+	var left atomic.Int64
+	left.Store(int64(len(calls)))
+	stops := make([]func() bool, len(calls))
+	for i, c := range calls {
+		cctx := c.pending().ctx
+		stops[i] = context.AfterFunc(cctx, func() {
+			if left.Add(-1) == 0 {
+				cancel(context.Cause(cctx))
+			}
+		})
+	}
+	return gctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(nil)
+	}
+}
+
 // Coalescer gathers the calls of one kind that arrive while earlier ones
 // are in flight and sends them as one store call: its fixed cost (a
 // statement or a script call, a round trip, a commit, the system calls) is

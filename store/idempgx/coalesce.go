@@ -202,13 +202,13 @@ func sortCalls[C any](calls []C, of func(C) lease) {
 }
 
 // holderStatement runs statement for calls on a lease holder's connection
-// (see Store.conn), with the context groupContext gives them; when no
+// (see Store.conn), with the context [storekit.GroupContext] gives them; when no
 // connection comes, every call fails.
 func holderStatement[C interface {
 	storekit.Call
 	Context() context.Context
 }](s *Store, ctx context.Context, op string, calls []C, statement func(context.Context, *pgxpool.Conn, []C)) {
-	ctx, cancel := groupContext(ctx, calls)
+	ctx, cancel := storekit.GroupContext(ctx, calls)
 	defer cancel()
 	conn, err := s.conn(ctx, op, true)
 	if err != nil {
@@ -217,26 +217,4 @@ func holderStatement[C interface {
 	}
 	defer s.done(conn, true)
 	statement(ctx, conn, calls)
-}
-
-// groupContext returns the context of one statement for calls. A lone
-// call's is its own. A group's does not end with any caller's (see
-// [storekit.Coalescer]): it ends with the last of their deadlines, so that
-// a server that stops answering cannot hold the statement, and the
-// connection, for ever; with no end when one caller has none.
-func groupContext[C interface{ Context() context.Context }](ctx context.Context, calls []C) (context.Context, context.CancelFunc) {
-	if len(calls) < 2 {
-		return ctx, func() {}
-	}
-	var last time.Time
-	for _, c := range calls {
-		d, ok := c.Context().Deadline()
-		if !ok {
-			return ctx, func() {}
-		}
-		if d.After(last) {
-			last = d
-		}
-	}
-	return context.WithDeadline(ctx, last)
 }

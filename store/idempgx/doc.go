@@ -118,7 +118,8 @@
 // to 4 MiB of results), each with its own answer (its new expiry, or
 // ErrLeaseLost). A lone call is one statement, sent at once. A caller
 // whose context ends stops waiting; the shared statement goes on for the
-// others and ends with the last of their deadlines. BenchmarkHolderBurst
+// others and ends once all of them have stopped waiting (the last of their
+// deadlines or cancellations). BenchmarkHolderBurst
 // compares it with one statement each.
 //
 // Size the pool for the statements in flight, not for the requests: a

@@ -278,15 +278,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if err := idem.ValidateComplete(req); err != nil {
 		return err
 	}
-	result, tombstone := req.Result, false
-	if len(result) > s.cfg.MaxResultBytes {
-		result, tombstone = nil, true
-		s.cfg.Logger.WarnContext(ctx, "idempgx: result too large to store, keeping a tombstone",
-			"scope", req.Scope, "key", req.Key, "bytes", len(req.Result), "limit", s.cfg.MaxResultBytes)
-	} else if result == nil {
-		// A nil result is a valid empty result, not a tombstone.
-		result = []byte{}
-	}
+	result, tombstone := storekit.StoredResult(ctx, s.cfg.Logger, "idempgx", req, s.cfg.MaxResultBytes)
 	c := &completeCall{scope: req.Scope, key: req.Key, token: req.Token, retention: micros(req.Retention),
 		result: result, failed: req.Failed, tombstone: tombstone}
 	return s.completes.Do(ctx, c)

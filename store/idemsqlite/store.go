@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem"
+	"github.com/idem-go/idem/storekit"
 )
 
 // Config configures a [Store]. A nil *Config means the defaults.
@@ -625,15 +626,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if err := idem.ValidateComplete(req); err != nil {
 		return err
 	}
-	result, tombstone := req.Result, false
-	if len(result) > s.maxResult {
-		result, tombstone = nil, true
-		s.logger.WarnContext(ctx, "idemsqlite: result exceeds the limit; storing a tombstone",
-			"scope", req.Scope, "key", req.Key, "bytes", len(req.Result), "limit", s.maxResult)
-	}
-	if result == nil && !tombstone {
-		result = []byte{}
-	}
+	result, tombstone := storekit.StoredResult(ctx, s.logger, "idemsqlite", req, s.maxResult)
 	return s.inHolderTx(ctx, "complete", func(ctx context.Context, tx *sql.Tx, now int64) error {
 		res, err := s.hot(tx).ExecContext(ctx, `UPDATE idem_records SET state = 'completed', result = ?, failed = ?, tombstone = ?,
 	lease_expires_at = NULL, completed_at = ?, expires_at = ?
