@@ -128,4 +128,18 @@
 // pool, where HolderConns connections are always left for them
 // ([Store.ConnStats] shows the waits). The limit is read when [New] runs:
 // set SetMaxOpenConns first. A pool without a limit needs no reserve.
+//
+// A process that holds many leases heartbeats them together and completes
+// them in bursts, so Extends, and Completes, that arrive while two of their
+// kind are in flight are sent as groups of up to 512 (as in idempgx; see
+// [storekit.Coalescer]); a lone call is still its own statements, sent at
+// once. A group of heartbeats is one UPDATE joined (STRAIGHT_JOIN, by the
+// primary key) to a derived table of its leases, a UNION ALL of one row
+// each, then one SELECT through the same join to read each lease's new
+// expiry back. A group of completions (up to 4 MiB of results) is one READ
+// COMMITTED transaction: its records locked with SELECT … FOR UPDATE in key
+// order, each lease checked in Go, one joined UPDATE, one commit; a group
+// the server rolls back as a deadlock victim runs again. Each call gets its
+// own answer, and a group's statements end when the last of its callers'
+// contexts ends.
 package idemmysql

@@ -63,6 +63,10 @@ type Store struct {
 	// every call but a lease holder's; nil for a pool without a limit.
 	gate     *storekit.Gate
 	maxConns int
+	// Lease holders' heartbeats and completions, sent in groups when
+	// they come together (see coalesce.go).
+	extends   *storekit.Coalescer[*extendCall]
+	completes *storekit.Coalescer[*completeCall]
 }
 
 var (
@@ -111,6 +115,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if s.maxConns > 0 {
 		s.gate = storekit.NewGate(s.maxConns - holders)
 	}
+	s.newCoalescers()
 	return s, nil
 }
 
@@ -397,29 +402,6 @@ type execer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Complete implements [idem.Store].
-func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	if err := idem.ValidateComplete(req); err != nil {
-		return err
-	}
-	result, tombstone := req.Result, false
-	if len(result) > s.cfg.MaxResultBytes {
-		result, tombstone = nil, true
-		s.cfg.Logger.WarnContext(ctx, "idemmysql: result too large to store, keeping a tombstone",
-			"scope", req.Scope, "key", req.Key, "bytes", len(req.Result), "limit", s.cfg.MaxResultBytes)
-	} else if result == nil {
-		// A nil result is a valid empty result, not a tombstone.
-		result = []byte{}
-	}
-	// The state changes from in_progress, so the row counts as affected
-	// whatever the DSN's clientFoundRows says.
-	res, err := s.db.ExecContext(ctx, "UPDATE idem_records SET state = 'completed', result = ?, failed = ?, tombstone = ?,"+
-		" lease_expires_at = NULL, completed_at = "+nowSQL+", expires_at = "+nowSQL+" + INTERVAL ? MICROSECOND"+
-		" WHERE scope = ? AND `key` = ? AND token = ? AND state = 'in_progress'",
-		result, req.Failed, tombstone, micros(req.Retention), req.Scope, req.Key, req.Token)
-	return s.changedOne(res, err, "complete", req.Key, idem.ErrLeaseLost)
-}
-
 // changedOne turns a statement that must change one row into nil, or an
 // error wrapping none when it changed nothing.
 func (s *Store) changedOne(res sql.Result, err error, op, key string, none error) error {
@@ -444,33 +426,6 @@ func (s *Store) Release(ctx context.Context, scope, key string, token int64) err
 	}
 	res, err := s.db.ExecContext(ctx, "DELETE FROM idem_records WHERE scope = ? AND `key` = ? AND token = ? AND state = 'in_progress'", scope, key, token)
 	return s.changedOne(res, err, "release", key, idem.ErrLeaseLost)
-}
-
-// Extend implements [idem.Store]. MySQL has no RETURNING, so the new expiry
-// is read back by the token; whether the UPDATE counted the row as changed
-// (it may not, with the same expiry, depending on clientFoundRows) does not
-// matter.
-func (s *Store) Extend(ctx context.Context, scope, key string, token int64, lease time.Duration) (time.Time, error) {
-	if err := idem.Validate(scope, key); err != nil {
-		return time.Time{}, err
-	}
-	if lease <= 0 {
-		return time.Time{}, fmt.Errorf("%w: lease must be positive, got %v", idem.ErrInvalidConfig, lease)
-	}
-	const held = " WHERE scope = ? AND `key` = ? AND token = ? AND state = 'in_progress'"
-	if _, err := s.db.ExecContext(ctx, "UPDATE idem_records SET lease_expires_at = "+nowSQL+" + INTERVAL ? MICROSECOND,"+
-		" expires_at = "+nowSQL+" + INTERVAL ? MICROSECOND"+held, micros(lease), micros(lease), scope, key, token); err != nil {
-		return time.Time{}, s.wrap("extend", err)
-	}
-	var until dbTime
-	err := s.db.QueryRowContext(ctx, "SELECT lease_expires_at FROM idem_records"+held, scope, key, token).Scan(&until)
-	if errors.Is(err, sql.ErrNoRows) {
-		return time.Time{}, fmt.Errorf("idemmysql: extend %q: %w", key, idem.ErrLeaseLost)
-	}
-	if err != nil {
-		return time.Time{}, s.wrap("extend", err)
-	}
-	return until.time(), nil
 }
 
 // Get implements [idem.Store].
