@@ -457,8 +457,11 @@ func TestLeaseStormOverSmallPool(t *testing.T) {
 	}
 	st := s.ConnStats()
 	t.Logf("%d storm calls; stats %+v", ops.Load(), st)
-	if st.GatedWaiting != 0 || st.HolderAcquires < keys {
-		t.Errorf("stats = %+v; want nobody waiting and at least a completion per key", st)
+	// Holders' statements are counted, not calls: concurrent heartbeats
+	// (and completions) share one. Every key heartbeats (fn outlasts
+	// lease/3) and completes, and the two never share a statement.
+	if st.GatedWaiting != 0 || st.HolderAcquires < 2 {
+		t.Errorf("stats = %+v; want nobody waiting, and a heartbeat and a completion statement at least", st)
 	}
 	// Every slot is back: GatedConns claims hold a connection at once.
 	busy := make([]string, st.GatedConns)
