@@ -2,6 +2,7 @@ package storekit
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
@@ -151,16 +152,27 @@ func (b *Coalescer[C]) Do(ctx context.Context, c C) error {
 	if start {
 		go b.send()
 	}
+	return b.await(ctx, p)
+}
+
+// await waits for the outcome of p, queued or sent, or for ctx to end first.
+func (b *Coalescer[C]) await(ctx context.Context, p *Pending) error {
 	select {
 	case <-p.done:
-		return p.Err
 	case <-ctx.Done():
 		if p.state.CompareAndSwap(callQueued, callAbandoned) || p.state.CompareAndSwap(callSent, callAbandoned) {
 			return b.wrap(context.Cause(ctx))
 		}
 		<-p.done // the outcome arrived as ctx ended: report it
-		return p.Err
 	}
+	if ctx.Err() != nil && (errors.Is(p.Err, context.Canceled) || errors.Is(p.Err, context.DeadlineExceeded)) {
+		// The group's store call ended because every caller's context had
+		// (see GroupContext), and its outcome came back before this caller
+		// saw its own context end (a busy machine may run the sender first):
+		// the reason is this caller's.
+		return b.wrap(context.Cause(ctx))
+	}
+	return p.Err
 }
 
 // Queued returns how many calls wait for a store call now.
