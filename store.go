@@ -64,7 +64,9 @@ type Record struct {
 	Key         string
 	State       State
 	Fingerprint Fingerprint
-	// Token is the fencing token of the latest lease.
+	// Token is the fencing token of the latest lease; 0 for a dedupe record
+	// written by Process, which holds no lease (idemmysql's ProcessBatch
+	// gives its records the batch's token).
 	Token int64
 	// Result is the stored result of a completed operation (nil for a tombstone).
 	Result []byte

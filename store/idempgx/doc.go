@@ -134,7 +134,9 @@
 // All expiries (leases, dedupe windows) are computed with PostgreSQL's
 // now(), never the application's clock. Fencing tokens come from the
 // sequence idem_token_seq, so they keep increasing for a key across Release,
-// Delete and Purge.
+// Delete and Purge. A dedupe record written by Process or ProcessBatch holds
+// no lease and so no token (0, as in the other stores); it draws nothing
+// from the sequence.
 //
 // # Migrations
 //

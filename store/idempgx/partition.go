@@ -97,8 +97,8 @@ WHERE EXISTS (SELECT FROM old) OR NOT EXISTS (` + elsewhere("$1", "$2") + `)
 WHERE ` + takeoverCondition + `
 RETURNING token, lease_expires_at, created_at < now()`
 
-	one := `INSERT INTO ` + t + ` AS r (scope, key, bucket, state, fingerprint, created_at, completed_at, expires_at)
-SELECT $1, $2, ` + cur + `, 'completed', $3, now(), now(), now() + $4 * interval '1 microsecond'
+	one := `INSERT INTO ` + t + ` AS r (scope, key, bucket, state, fingerprint, token, created_at, completed_at, expires_at)
+SELECT $1, $2, ` + cur + `, 'completed', $3, 0, now(), now(), now() + $4 * interval '1 microsecond'
 `
 	q.processOneNew = one + `WHERE NOT EXISTS (` + elsewhere("$1", "$2") + `)
 ON CONFLICT (scope, key, bucket) DO NOTHING
@@ -110,8 +110,8 @@ WHERE ` + takeoverCondition + `
 RETURNING true`
 
 	u := `u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret))`
-	batch := `INSERT INTO ` + t + ` AS r (scope, key, bucket, state, fingerprint, created_at, completed_at, expires_at)
-SELECT u.scope, u.key, ` + cur + `, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond'
+	batch := `INSERT INTO ` + t + ` AS r (scope, key, bucket, state, fingerprint, token, created_at, completed_at, expires_at)
+SELECT u.scope, u.key, ` + cur + `, 'completed', u.fp, 0, now(), now(), now() + u.ret * interval '1 microsecond'
 FROM u
 `
 	q.processBatchNew = `WITH ` + u + `

@@ -393,3 +393,72 @@ func TestProcessTxInCallersTransaction(t *testing.T) {
 		t.Fatalf("effects = %d, want 1", n)
 	}
 }
+
+// TestProcessRecordsHoldNoToken: a dedupe record written by Process or
+// ProcessBatch, fresh or over an expired lease, holds no fencing token (0,
+// as in the other stores), the lease it replaced is lost to its holder, and
+// a later Claim of the key still draws a token above every token issued.
+func TestProcessRecordsHoldNoToken(t *testing.T) {
+	t.Parallel()
+	for _, layout := range []struct {
+		name string
+		new  func(testing.TB, *idempgx.Config) *idempgx.Store
+	}{{"plain", newStore}, {"partitioned", newPartitionedStore}} {
+		t.Run(layout.name, func(t *testing.T) {
+			t.Parallel()
+			e := newProcessEnvOn(t, layout.new(t, nil))
+			ctx := ctxT(t)
+			wantToken := func(key string, want int64, why string) {
+				t.Helper()
+				rec, err := e.s.Get(ctx, "", key)
+				if err != nil || rec.State != idem.StateCompleted || rec.Token != want {
+					t.Fatalf("%s: record %q = %+v, %v; want completed with token %d", why, key, rec, err, want)
+				}
+			}
+			// Two expired leases, for Process and ProcessBatch to take over.
+			var held []idem.Claim
+			for _, key := range []string{"g1", "g2"} {
+				c, err := e.s.Claim(ctx, idem.ClaimRequest{Key: key, Fingerprint: fp(key), Lease: time.Minute})
+				if err != nil || c.Outcome != idem.Acquired || c.Token <= 0 {
+					t.Fatalf("claim %q = %+v, %v", key, c, err)
+				}
+				if _, err := e.s.Extend(ctx, "", key, c.Token, time.Microsecond); err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+			}
+			time.Sleep(5 * time.Millisecond)
+
+			short := idem.Message{Key: "p", Fingerprint: fp("p"), Retention: time.Millisecond}
+			for _, m := range []idem.Message{short, {Key: "g1", Fingerprint: fp("g1")}} {
+				if res, err := e.Process(ctx, m, nil); err != nil || res != idem.Processed {
+					t.Fatalf("process %q = %v, %v", m.Key, res, err)
+				}
+			}
+			// The batch's second pass takes g2 over.
+			res, err := e.ProcessBatch(ctx, []idem.Message{{Key: "b", Fingerprint: fp("b")}, {Key: "g2", Fingerprint: fp("g2")}}, nil)
+			if err != nil || len(res) != 2 || res[0] != idem.Processed || res[1] != idem.Processed {
+				t.Fatalf("batch = %v, %v; want both processed", res, err)
+			}
+			for _, key := range []string{"p", "g1", "b", "g2"} {
+				wantToken(key, 0, "a dedupe record")
+			}
+			for i, c := range held {
+				key := fmt.Sprintf("g%d", i+1)
+				err := e.s.Complete(ctx, idem.CompleteRequest{Key: key, Token: c.Token, Retention: time.Hour})
+				if !errors.Is(err, idem.ErrLeaseLost) {
+					t.Fatalf("the replaced holder's Complete of %q = %v; want ErrLeaseLost", key, err)
+				}
+			}
+			wantToken("g1", 0, "after the replaced holder's Complete")
+
+			// Once p's window passed, a Claim takes it over with a token
+			// above the leases issued before.
+			time.Sleep(5 * time.Millisecond)
+			c, err := e.s.Claim(ctx, idem.ClaimRequest{Key: "p", Fingerprint: fp("p"), Lease: time.Minute})
+			if err != nil || c.Outcome != idem.Acquired || c.Token <= held[1].Token {
+				t.Fatalf("claim after the window = %+v, %v; want Acquired with a token above %d", c, err, held[1].Token)
+			}
+		})
+	}
+}

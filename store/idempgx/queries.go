@@ -73,11 +73,14 @@ func newPlainQueries(schema string) queries {
 	t := pgx.Identifier{schema, "idem_records"}.Sanitize()
 	// The inserts of a completed dedupe record, for one message and for a
 	// batch, and the conflict clause that takes an expired row over.
-	processOne := `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
-VALUES ($1, $2, 'completed', $3, now(), now(), now() + $4 * interval '1 microsecond')
+	// A dedupe record holds no lease, so it takes no fencing token (token
+	// 0, as in the other stores): the row costs no nextval, and a later
+	// Claim of the key still draws a token above every token issued.
+	processOne := `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, token, created_at, completed_at, expires_at)
+VALUES ($1, $2, 'completed', $3, 0, now(), now(), now() + $4 * interval '1 microsecond')
 `
-	processBatch := `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, created_at, completed_at, expires_at)
-SELECT u.scope, u.key, 'completed', u.fp, now(), now(), now() + u.ret * interval '1 microsecond'
+	processBatch := `INSERT INTO ` + t + ` AS r (scope, key, state, fingerprint, token, created_at, completed_at, expires_at)
+SELECT u.scope, u.key, 'completed', u.fp, 0, now(), now(), now() + u.ret * interval '1 microsecond'
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS u(scope, key, fp, ret)
 `
 	takeover := `ON CONFLICT (scope, key) DO UPDATE SET ` + processSet + `
