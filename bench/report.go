@@ -15,8 +15,11 @@ type Machine struct {
 	Go       string
 	OS       string
 	Postgres string
-	MySQL    string
-	Redis    string
+	// PostgresStorage is where the server keeps the benchmarks' tables and
+	// how that filesystem is mounted (see PostgresStorage); "" if unknown.
+	PostgresStorage string
+	MySQL           string
+	Redis           string
 	// Load is a free-text note on what else ran (shared machine).
 	Load string
 }
@@ -173,6 +176,9 @@ func (r *Report) WriteMarkdown(w io.Writer, charts map[string]string) error {
 	m := r.Machine
 	fmt.Fprintf(&b, "- **Machine:** %d CPUs, %.1f GB memory, %s, %s\n", m.CPUs, m.MemoryGB, m.OS, m.Go)
 	fmt.Fprintf(&b, "- **Servers:** PostgreSQL %s, MySQL %s, Redis %s (loopback); SQLite embedded (modernc.org/sqlite, WAL, synchronous=FULL)\n", orNA(m.Postgres), orNA(m.MySQL), orNA(m.Redis))
+	if m.PostgresStorage != "" {
+		fmt.Fprintf(&b, "- **PostgreSQL's tables:** %s\n", m.PostgresStorage)
+	}
 	fmt.Fprintf(&b, "- **Command:** `%s`\n", r.Command)
 	mode := fmt.Sprintf("median of %d runs per row, with min–max", r.Runs)
 	if r.Quick {

@@ -116,6 +116,7 @@ func machine(ctx context.Context, cfg Config) Machine {
 	if cfg.PostgresURL != "" {
 		if conn, err := pgx.Connect(ctx, cfg.PostgresURL); err == nil {
 			_ = conn.QueryRow(ctx, "SHOW server_version").Scan(&m.Postgres)
+			m.PostgresStorage = PostgresStorage(ctx, conn)
 			_ = conn.Close(ctx)
 		}
 	}

@@ -15,7 +15,9 @@
 // --postgres URL that ends in &default_tablespace=NAME puts all four on
 // tablespace NAME, for instance one on a filesystem mounted without online
 // discard (see docs/operations.md: on a filesystem mounted with discard a
-// large DROP stalls the server's commits while the device trims).
+// large DROP stalls the server's commits while the device trims). For a
+// server on this machine the report says which filesystem holds the tables
+// and whether it is mounted with discard.
 package main
 
 import (
@@ -30,6 +32,7 @@ import (
 	"time"
 
 	"github.com/idem-go/idem/bench"
+	"github.com/jackc/pgx/v5"
 )
 
 func main() {
@@ -98,6 +101,12 @@ func run() error {
 			rates[i] = append(rates[i], rate)
 			fmt.Fprintf(os.Stderr, "%s %s run %d: %.0f claims/s\n", time.Now().UTC().Format("15:04:05"), s.Name, r+1, rate)
 		}
+	}
+	if conn, err := pgx.Connect(ctx, *pg); err == nil {
+		if where := bench.PostgresStorage(ctx, conn); where != "" {
+			fmt.Printf("Tables: %s.\n\n", where)
+		}
+		_ = conn.Close(ctx)
 	}
 	ref := median(rates[0])
 	fmt.Printf("| row | claims/s median (min–max), %d runs | vs %s |\n|---|---|---:|\n", *runs, group[0].Name)
