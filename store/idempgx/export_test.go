@@ -22,3 +22,20 @@ func CompletesQueued(s *Store) int { return s.completes.Queued() }
 
 // CompleteAlone is ExtendAlone for Complete.
 func CompleteAlone(s *Store) { s.completes.InFlight = 1 << 30 }
+
+// CopyLooksFirst reports whether s's next COPY batch looks its keys up
+// first.
+func CopyLooksFirst(s *Store) bool { return s.copy.lookupFirst() }
+
+// SetCopyLooksFirst sets what recent batches met, as if every one had met
+// a stored key (true) or none had (false).
+func SetCopyLooksFirst(s *Store, met bool) {
+	if met {
+		s.copy.seen.Store(copySeenMax)
+	} else {
+		s.copy.seen.Store(0)
+	}
+}
+
+// CopyMinKeys is the fewest distinct keys ProcessBatch copies.
+const CopyMinKeys = copyMinKeys

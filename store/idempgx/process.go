@@ -176,26 +176,20 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	if _, first, pending := batchPlan(msgs); s.copyEligible(len(pending)) {
+		results, err := s.processBatchCopy(ctx, msgs, first, pending, fn)
+		if !errors.Is(err, errCopyMet) {
+			return results, err
+		}
+		// A key was stored meanwhile: nothing was written, fn did not run.
+	}
 	var results []idem.Outcome
 	err := s.inTx(ctx, "process batch", func(tx pgx.Tx) (bool, error) {
 		var err error
-		results, err = s.ProcessBatchTx(ctx, tx, msgs)
-		if err != nil {
+		if results, err = s.ProcessBatchTx(ctx, tx, msgs); err != nil {
 			return false, err
 		}
-		fresh := make([]int, 0, len(msgs))
-		for i, r := range results {
-			if r == idem.Processed {
-				fresh = append(fresh, i)
-			}
-		}
-		if len(fresh) == 0 {
-			return false, nil
-		}
-		if err := fn(ctx, tx, fresh); err != nil {
-			return false, fmt.Errorf("idempgx: process batch: handler: %w", classify(err))
-		}
-		return true, nil
+		return runBatchHandler(ctx, tx, results, fn)
 	})
 	if err != nil {
 		return nil, err
@@ -222,15 +216,27 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 	if err := validateBatch(msgs); err != nil {
 		return nil, err
 	}
-	results := make([]idem.Outcome, len(msgs))
-	first := storekit.Firsts(msgs)
-	pending := make([]int, 0, len(msgs))
+	results, first, pending := batchPlan(msgs)
+	stored := make(map[int]storekit.Existing, len(msgs))
+	if err := s.settleBatch(ctx, tx, msgs, first, pending, 0, results, stored); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// batchPlan returns the zero results of msgs, the first occurrence of each
+// message's key (storekit.Firsts) and the indexes of those first
+// occurrences sorted by (scope, key): one lock order for every batch, so
+// concurrent batches cannot deadlock.
+func batchPlan(msgs []idem.Message) (results []idem.Outcome, first, pending []int) {
+	results = make([]idem.Outcome, len(msgs))
+	first = storekit.Firsts(msgs)
+	pending = make([]int, 0, len(msgs))
 	for i := range msgs {
 		if first[i] == i {
 			pending = append(pending, i)
 		}
 	}
-	// One lock order for every batch, so concurrent batches cannot deadlock.
 	sort.Slice(pending, func(a, b int) bool {
 		ma, mb := msgs[pending[a]], msgs[pending[b]]
 		if ma.Scope != mb.Scope {
@@ -238,10 +244,17 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 		}
 		return ma.Key < mb.Key
 	})
-	stored := make(map[int]storekit.Existing, len(msgs))
-	for attempt := 0; len(pending) > 0; attempt++ {
+	return results, first, pending
+}
+
+// settleBatch inserts the records of msgs[pending...] with the INSERT
+// statements, from the given attempt on (0: a first pass that leaves
+// existing rows alone; later ones take expired rows over), then settles
+// the later occurrences of each key.
+func (s *Store) settleBatch(ctx context.Context, tx pgx.Tx, msgs []idem.Message, first, pending []int, attempt int, results []idem.Outcome, stored map[int]storekit.Existing) error {
+	for ; len(pending) > 0; attempt++ {
 		if attempt == maxRaceRetries {
-			return nil, idem.Retryable(fmt.Errorf("idempgx: process batch: records kept changing under %d attempts", maxRaceRetries))
+			return idem.Retryable(fmt.Errorf("idempgx: process batch: records kept changing under %d attempts", maxRaceRetries))
 		}
 		var err error
 		query := s.q.processBatchNew // first pass: duplicates take no row lock
@@ -249,7 +262,7 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 			query = s.q.processBatch // rows to take over, or raced
 		}
 		if pending, err = s.insertBatch(ctx, tx, query, msgs, pending, results, stored); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// Later occurrences of a key compare with what is now stored for it.
@@ -257,9 +270,9 @@ func (s *Store) ProcessBatchTx(ctx context.Context, tx pgx.Tx, msgs []idem.Messa
 		e, ok := stored[j]
 		return e, ok
 	}); err != nil {
-		return nil, fmt.Errorf("idempgx: process batch: %w", err)
+		return fmt.Errorf("idempgx: process batch: %w", err)
 	}
-	return results, nil
+	return nil
 }
 
 // insertBatch inserts the dedupe rows of msgs[pending...], fills results
@@ -303,22 +316,44 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 		return nil, nil
 	}
 
-	scopes, keys = scopes[:0], keys[:0]
-	for _, i := range conflicted {
-		scopes, keys = append(scopes, msgs[i].Scope), append(keys, msgs[i].Key)
+	found, err := s.lookup(ctx, tx, msgs, conflicted)
+	if err != nil {
+		return nil, err
 	}
-	// A cached statement in the plain layout, planned for its arguments on
-	// every call in the partitioned one (see processLookup).
+	// Deleted or purged since the insert, or to take over: again.
+	return judgeFound(msgs, conflicted, found, results, stored)
+}
+
+// lookupArgs returns the arguments of processLookup for msgs[idx...]: in
+// the plain layout a cached statement, in the partitioned one planned for
+// its arguments on every call (see processLookup).
+func (s *Store) lookupArgs(msgs []idem.Message, idx []int) []any {
+	scopes := make([]string, len(idx))
+	keys := make([]string, len(idx))
+	for n, i := range idx {
+		scopes[n], keys[n] = msgs[i].Scope, msgs[i].Key
+	}
 	args := []any{scopes, keys}
 	if s.q.planLookup {
 		args = append([]any{pgx.QueryExecModeExec}, args...)
 	}
-	rows, err = tx.Query(ctx, s.q.processLookup, args...)
+	return args
+}
+
+// lookup reads the stored records of msgs[idx...], by reference.
+func (s *Store) lookup(ctx context.Context, tx pgx.Tx, msgs []idem.Message, idx []int) (map[recordRef]storekit.Existing, error) {
+	rows, err := tx.Query(ctx, s.q.processLookup, s.lookupArgs(msgs, idx)...)
 	if err != nil {
 		return nil, s.wrap("process batch", err)
 	}
-	found := make(map[recordRef]storekit.Existing, len(conflicted))
+	return s.scanLookup(rows, len(idx))
+}
+
+// scanLookup reads processLookup's rows and closes them.
+func (s *Store) scanLookup(rows pgx.Rows, n int) (map[recordRef]storekit.Existing, error) {
+	found := make(map[recordRef]storekit.Existing, n)
 	var (
+		ref   recordRef
 		e     storekit.Existing
 		state string
 		fp    []byte
@@ -331,13 +366,20 @@ func (s *Store) insertBatch(ctx context.Context, tx pgx.Tx, query string, msgs [
 	}); err != nil {
 		return nil, s.wrap("process batch", err)
 	}
+	return found, nil
+}
+
+// judgeFound settles msgs[idx...] against their stored records (found):
+// Duplicate or Mismatch into results, the record into stored. It returns,
+// in idx's order, those to insert again: without a record (deleted or
+// purged since the insert that met it) or with one to take over.
+func judgeFound(msgs []idem.Message, idx []int, found map[recordRef]storekit.Existing, results []idem.Outcome, stored map[int]storekit.Existing) ([]int, error) {
 	var again []int
-	for _, i := range conflicted {
+	for _, i := range idx {
 		m := msgs[i]
-		ref := recordRef{m.Scope, m.Key}
-		e, ok := found[ref]
+		e, ok := found[recordRef{m.Scope, m.Key}]
 		if !ok {
-			again = append(again, i) // deleted or purged since the insert
+			again = append(again, i)
 			continue
 		}
 		res, retry, err := storekit.Judge(e, m)

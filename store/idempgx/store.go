@@ -45,6 +45,12 @@ type Config struct {
 	// checks). Default false, the plain table. See "Retention at scale" in
 	// the package documentation.
 	Partitioned bool
+	// NoCopy keeps ProcessBatch on INSERT statements for every batch. By
+	// default a batch of 64 or more distinct keys writes its records with
+	// COPY (plain layout only; see "Batches" in the package
+	// documentation); set it for a connection pooler or proxy that does not
+	// pass COPY through.
+	NoCopy bool
 }
 
 // MaxBatch is the largest batch ProcessBatch accepts, so that one statement's
@@ -84,6 +90,9 @@ type Store struct {
 	// completions, as one statement each (coalesce.go).
 	extends   *storekit.Coalescer[*extendCall]
 	completes *storekit.Coalescer[*completeCall]
+
+	// copy decides whether ProcessBatch's COPY path looks keys up first.
+	copy copyPolicy
 }
 
 var (
