@@ -57,16 +57,34 @@ var recordCopyColumns = []string{"scope", "key", "state", "fingerprint", "token"
 // INSERT path.
 var errCopyMet = errors.New("idempgx: a copied key was stored concurrently")
 
-// copyPolicy decides, from what recent batches met, whether a batch looks
-// its keys up before copying. seen rises to copySeenMax when a batch meets
-// a stored key (found by the lookup, or by a failed COPY) and decays by an
-// eighth per batch that meets none; a batch looks first while it is above
-// copySeenLookup: about 16 clean batches after the last one that met a key.
-type copyPolicy struct{ seen atomic.Int32 }
+// copyPolicy decides whether a batch takes the COPY path, and whether it
+// looks its keys up first, from what recent batches met.
+//
+// seen rises to copySeenMax when a batch meets a stored key (found by the
+// lookup, or by a failed COPY) and decays by an eighth per batch that
+// meets none; a batch looks first while it is above copySeenLookup: about
+// 16 clean batches after the last one that met a key.
+//
+// A COPY after a lookup that meets a key stored concurrently (one the
+// lookup could not see: its transaction had not committed) costs the
+// batch a second run. Concurrent consumers that often get the same keys at
+// the same time would pay that on every batch, so after such a COPY the
+// batches take the INSERT path for a pause: copyPauseMin, doubled by each
+// such COPY up to copyPauseMax, and back to copyPauseMin after a COPY that
+// succeeded. A pause in time, not in batches, ends as soon after such
+// consumers stop racing however many batches the store runs.
+type copyPolicy struct {
+	seen atomic.Int32
+	// until is when the pause ends (Unix nanoseconds); pause is the next
+	// pause.
+	until, pause atomic.Int64
+}
 
 const (
 	copySeenMax    = 1 << 10
 	copySeenLookup = copySeenMax / 8
+	copyPauseMin   = 100 * time.Millisecond
+	copyPauseMax   = time.Second
 )
 
 func (p *copyPolicy) lookupFirst() bool { return p.seen.Load() > copySeenLookup }
@@ -84,10 +102,31 @@ func (p *copyPolicy) observe(met bool) {
 	}
 }
 
+// take reports whether an eligible batch copies: not during a pause.
+func (p *copyPolicy) take() bool {
+	until := p.until.Load()
+	return until == 0 || time.Now().UnixNano() >= until
+}
+
+// raced records a COPY after a lookup that met a key stored concurrently.
+func (p *copyPolicy) raced() {
+	p.observe(true)
+	pause := max(time.Duration(p.pause.Load()), copyPauseMin)
+	p.until.Store(time.Now().Add(pause).UnixNano())
+	p.pause.Store(int64(min(2*pause, copyPauseMax)))
+}
+
+// copied records a COPY that succeeded.
+func (p *copyPolicy) copied() {
+	if p.pause.Load() != int64(copyPauseMin) {
+		p.pause.Store(int64(copyPauseMin))
+	}
+}
+
 // copyEligible reports whether a batch of n distinct keys takes the COPY
 // path.
 func (s *Store) copyEligible(n int) bool {
-	return !s.cfg.NoCopy && !s.cfg.Partitioned && n >= copyMinKeys
+	return !s.cfg.NoCopy && !s.cfg.Partitioned && n >= copyMinKeys && s.copy.take()
 }
 
 // processBatchCopy is ProcessBatch on the COPY path. It returns errCopyMet,
@@ -108,7 +147,7 @@ func (s *Store) processBatchCopy(ctx context.Context, msgs []idem.Message, first
 			absent, retry = nil, inOrder(pending, absent, retry)
 		}
 		if len(absent) > 0 {
-			if err := s.copyRecords(ctx, tx, msgs, absent, now); err != nil {
+			if err := s.copyRecords(ctx, tx, msgs, absent, now, lookFirst); err != nil {
 				return false, err
 			}
 			for _, i := range absent {
@@ -176,8 +215,9 @@ func (s *Store) copyStart(ctx context.Context, tx pgx.Tx, msgs []idem.Message, p
 }
 
 // copyRecords writes the completed records of msgs[idx...] with COPY, as
-// of the transaction's now. A key stored meanwhile returns errCopyMet.
-func (s *Store) copyRecords(ctx context.Context, tx pgx.Tx, msgs []idem.Message, idx []int, now time.Time) error {
+// of the transaction's now. A stored key returns errCopyMet: one stored
+// concurrently if the batch looked its keys up first (looked).
+func (s *Store) copyRecords(ctx context.Context, tx pgx.Tx, msgs []idem.Message, idx []int, now time.Time, looked bool) error {
 	rows := make([][]any, len(idx))
 	vals := make([]any, 8*len(idx)) // one allocation for every row's values
 	for n, i := range idx {
@@ -191,7 +231,11 @@ func (s *Store) copyRecords(ctx context.Context, tx pgx.Tx, msgs []idem.Message,
 	copied, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "idem_records"}, recordCopyColumns, pgx.CopyFromRows(rows))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
-		s.copy.observe(true)
+		if looked {
+			s.copy.raced()
+		} else {
+			s.copy.observe(true)
+		}
 		return errCopyMet
 	}
 	if err != nil {
@@ -200,6 +244,7 @@ func (s *Store) copyRecords(ctx context.Context, tx pgx.Tx, msgs []idem.Message,
 	if copied != int64(len(idx)) {
 		return fmt.Errorf("idempgx: process batch: copy wrote %d records of %d", copied, len(idx))
 	}
+	s.copy.copied()
 	return nil
 }
 

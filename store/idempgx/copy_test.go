@@ -440,3 +440,148 @@ func TestProcessBatchCopyConcurrent(t *testing.T) {
 		t.Fatal("no batch took the COPY path")
 	}
 }
+
+// raceCopy processes keyed(prefix, 100) while another transaction holds
+// an uncommitted record of its 51st key, which the batch's lookup cannot
+// see: its COPY waits for that transaction, which then commits, and the
+// COPY fails on the key. The batch must run again on the INSERT path and
+// find that key a Duplicate.
+func raceCopy(t *testing.T, s *idempgx.Store, prefix string) {
+	t.Helper()
+	ctx := ctxT(t)
+	msgs := keyed(prefix, 100)
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if res, err := s.ProcessBatchTx(ctx, tx, msgs[50:51]); err != nil || res[0] != idem.Processed {
+		t.Fatal(res, err)
+	}
+	var pid int
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res   []idem.Outcome
+		fresh []int
+		calls int
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.res, r.err = s.ProcessBatch(ctx, msgs, func(_ context.Context, _ pgx.Tx, fresh []int) error {
+			r.calls++
+			r.fresh = fresh
+			return nil
+		})
+		done <- r
+	}()
+	// Wait until a backend waits on the holder's transaction.
+	for {
+		var waiting bool
+		err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, pid).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the batch ended without waiting for the holder: %v, %v", r.res, r.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.calls != 1 || len(r.fresh) != 99 {
+		t.Fatalf("handler ran %d times, last with %d messages; want once with 99", r.calls, len(r.fresh))
+	}
+	for i, o := range r.res {
+		want := idem.Processed
+		if i == 50 {
+			want = idem.Duplicate
+		}
+		if o != want {
+			t.Fatalf("message %d: %v, want %v", i, o, want)
+		}
+	}
+}
+
+// TestProcessBatchCopyRace: a COPY that meets a key committed by a
+// concurrent transaction runs the batch again on the INSERT path. Without
+// a lookup that makes the next batches look first; after one, batches take
+// the INSERT path for a pause that doubles with each such COPY.
+func TestProcessBatchCopyRace(t *testing.T) {
+	t.Parallel()
+	t.Run("looksFirst=false", func(t *testing.T) {
+		t.Parallel()
+		s, cnt := copyCounted(t, migratedSchema(t), idempgx.Config{})
+		idempgx.SetCopyLooksFirst(s, false)
+		raceCopy(t, s, "r")
+		if cnt.starts.Load() != 1 || cnt.failed.Load() != 1 {
+			t.Fatalf("%d COPY statements, %d failed; want 1, 1", cnt.starts.Load(), cnt.failed.Load())
+		}
+		if until, _ := idempgx.CopyPause(s); !idempgx.CopyLooksFirst(s) || !until.IsZero() {
+			t.Fatalf("looks first %v, paused until %v; want true, no pause", idempgx.CopyLooksFirst(s), until)
+		}
+	})
+	t.Run("looksFirst=true", func(t *testing.T) {
+		t.Parallel()
+		s, cnt := copyCounted(t, migratedSchema(t), idempgx.Config{})
+		e := newProcessEnvOn(t, s)
+		ctx := ctxT(t)
+		batch := func(prefix string) {
+			t.Helper()
+			if _, err := e.ProcessBatch(ctx, keyed(prefix, 100), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// checkPause checks that a race that ended between before and now
+		// paused the COPY path for pause, and made the next pause next.
+		checkPause := func(before time.Time, pause, next time.Duration) {
+			t.Helper()
+			until, n := idempgx.CopyPause(s)
+			if until.Before(before.Add(pause)) || until.After(time.Now().Add(pause)) || n != next {
+				t.Fatalf("paused until %v (%v after the race began), next pause %v; want a pause of %v, next %v",
+					until, until.Sub(before), n, pause, next)
+			}
+		}
+		idempgx.SetCopyLooksFirst(s, true)
+		before := time.Now()
+		raceCopy(t, s, "r")
+		if cnt.starts.Load() != 1 || cnt.failed.Load() != 1 {
+			t.Fatalf("%d COPY statements, %d failed; want 1, 1", cnt.starts.Load(), cnt.failed.Load())
+		}
+		checkPause(before, idempgx.CopyPauseMin, 2*idempgx.CopyPauseMin)
+		// During a pause (made long, for a slow machine).
+		idempgx.SetCopyPauseUntil(s, time.Now().Add(time.Hour))
+		batch("p")
+		if n := cnt.starts.Load(); n != 1 {
+			t.Fatalf("%d COPY statements during the pause", n-1)
+		}
+		idempgx.SetCopyPauseUntil(s, time.Now())
+		batch("q")
+		if cnt.starts.Load() != 2 || cnt.failed.Load() != 1 {
+			t.Fatalf("after the pause: %d COPY statements, %d failed; want 2, 1", cnt.starts.Load(), cnt.failed.Load())
+		}
+		// The COPY succeeded: the next pause is the first's again.
+		if _, next := idempgx.CopyPause(s); next != idempgx.CopyPauseMin {
+			t.Fatalf("next pause after a COPY that succeeded %v, want %v", next, idempgx.CopyPauseMin)
+		}
+		idempgx.SetCopyLooksFirst(s, true)
+		raceCopy(t, s, "s")
+		idempgx.SetCopyPauseUntil(s, time.Now())
+		idempgx.SetCopyLooksFirst(s, true)
+		before = time.Now()
+		raceCopy(t, s, "u")
+		checkPause(before, 2*idempgx.CopyPauseMin, 4*idempgx.CopyPauseMin)
+	})
+}

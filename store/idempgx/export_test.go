@@ -1,5 +1,7 @@
 package idempgx
 
+import "time"
+
 // ProcessLookupSQL is the statement ProcessBatch classifies a batch's
 // conflicted keys with, for the test of its generic plan.
 func ProcessLookupSQL(s *Store) string { return s.q.processLookup }
@@ -36,6 +38,22 @@ func SetCopyLooksFirst(s *Store, met bool) {
 		s.copy.seen.Store(0)
 	}
 }
+
+// CopyPauseMin is the first pause of the COPY path after a COPY met a
+// key stored concurrently.
+const CopyPauseMin = copyPauseMin
+
+// CopyPause returns when the COPY path's pause ends (zero: never paused)
+// and the next pause.
+func CopyPause(s *Store) (until time.Time, next time.Duration) {
+	if u := s.copy.until.Load(); u != 0 {
+		until = time.Unix(0, u)
+	}
+	return until, time.Duration(s.copy.pause.Load())
+}
+
+// SetCopyPauseUntil makes the COPY path's pause end at until.
+func SetCopyPauseUntil(s *Store, until time.Time) { s.copy.until.Store(until.UnixNano()) }
 
 // CopyMinKeys is the fewest distinct keys ProcessBatch copies.
 const CopyMinKeys = copyMinKeys
