@@ -58,6 +58,37 @@
 // It is a cached statement in the plain layout and planned on every call
 // in the partitioned one, whose rotations make an empty partition current.
 //
+// # Batches written with COPY
+//
+// In the plain layout, a ProcessBatch of 64 distinct keys or more writes
+// its records with COPY FROM STDIN (binary) instead of the INSERT: the
+// heap's multi-insert costs about a third less server time per row, and a
+// batch of 1,000 fresh keys with its ledger effect then keeps up with a
+// bare 1,000-key INSERT of two columns (see docs/bench/round2-notes.md).
+// COPY has no ON CONFLICT, so:
+//
+//   - while recent batches met no stored key, a batch is copied without
+//     looking first; once one did (about 16 clean batches after the last
+//     that did), its keys are looked up first, in the round trip that
+//     carries BEGIN, and only the absent ones are copied; duplicates and
+//     mismatches are settled from the lookup, and records to take over go
+//     through the INSERT that takes over;
+//   - a copied key that another transaction stored meanwhile fails the
+//     COPY with a unique violation before the handler ran: the batch rolls
+//     back and runs again, whole, on the INSERT path. The primary key
+//     decides, as it does for the INSERT; nothing is judged from a stale
+//     read. When that happens after a lookup (consumers racing on the same
+//     keys), batches take the INSERT path for a pause of 100 ms, doubled
+//     by each such COPY in a row up to 1 s.
+//
+// Copied records are what the INSERT writes: the transaction's now(), read
+// with BEGIN, for created_at and completed_at, now() plus the retention for
+// expires_at, token 0. [Store.ProcessBatchTx] (a transaction of yours: a
+// failed COPY would abort your work too) and the partitioned layout (whose
+// uniqueness across partitions the INSERT checks) keep the INSERT, and so
+// does every batch with Config.NoCopy, for a pooler or proxy that does not
+// pass COPY through.
+//
 // Use an [idem.Guard] over the Store when the effect is outside the database
 // (an HTTP call, an email, a payment gateway): it claims a lease with a
 // fencing token, heartbeats with Extend, stores the result with Complete and

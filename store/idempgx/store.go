@@ -47,7 +47,7 @@ type Config struct {
 	Partitioned bool
 	// NoCopy keeps ProcessBatch on INSERT statements for every batch. By
 	// default a batch of 64 or more distinct keys writes its records with
-	// COPY (plain layout only; see "Batches" in the package
+	// COPY (plain layout only; see "Batches written with COPY" in the package
 	// documentation); set it for a connection pooler or proxy that does not
 	// pass COPY through.
 	NoCopy bool
