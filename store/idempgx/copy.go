@@ -180,23 +180,7 @@ func (s *Store) copyStart(ctx context.Context, tx pgx.Tx, msgs []idem.Message, p
 		}
 		return now, pending, nil, nil
 	}
-	b := &pgx.Batch{}
-	b.Queue("SELECT now()")
-	b.Queue(s.q.processLookup, s.lookupArgs(msgs, pending)...)
-	br := tx.SendBatch(ctx, b)
-	found, err := func() (map[recordRef]storekit.Existing, error) {
-		if err := br.QueryRow().Scan(&now); err != nil {
-			return nil, s.wrap("process batch", err)
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return nil, s.wrap("process batch", err)
-		}
-		return s.scanLookup(rows, len(pending))
-	}()
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = s.wrap("process batch", cerr)
-	}
+	found, err := s.nowAndLookup(ctx, tx, msgs, pending, &now)
 	if err != nil {
 		return now, nil, nil, err
 	}
@@ -212,6 +196,37 @@ func (s *Store) copyStart(ctx context.Context, tx pgx.Tx, msgs []idem.Message, p
 	}
 	retry, err = judgeFound(msgs, known, found, results, stored)
 	return now, absent, retry, err
+}
+
+// nowAndLookup reads the transaction's now() into now and looks up the
+// records of msgs[idx...], both in one round trip (a pgx batch). A lookup
+// planned on every call (planLookup, which a batch cannot ask for) goes in
+// a round trip of its own.
+func (s *Store) nowAndLookup(ctx context.Context, tx pgx.Tx, msgs []idem.Message, idx []int, now *time.Time) (map[recordRef]storekit.Existing, error) {
+	if s.q.planLookup {
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(now); err != nil {
+			return nil, s.wrap("process batch", err)
+		}
+		return s.lookup(ctx, tx, msgs, idx)
+	}
+	b := &pgx.Batch{}
+	b.Queue("SELECT now()")
+	b.Queue(s.q.processLookup, s.lookupArgs(msgs, idx)...)
+	br := tx.SendBatch(ctx, b)
+	found, err := func() (map[recordRef]storekit.Existing, error) {
+		if err := br.QueryRow().Scan(now); err != nil {
+			return nil, s.wrap("process batch", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return nil, s.wrap("process batch", err)
+		}
+		return s.scanLookup(rows, len(idx))
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = s.wrap("process batch", cerr)
+	}
+	return found, err
 }
 
 // copyRecords writes the completed records of msgs[idx...] with COPY, as

@@ -66,7 +66,8 @@ func BenchmarkLookupAB(b *testing.B) {
 		if _, err := m.Up(ctx); err != nil {
 			b.Fatal(err)
 		}
-		s, err := New(pool, &Config{Schema: schema})
+		// NoCopy: both arms on the INSERT path, whose lookup this compares.
+		s, err := New(pool, &Config{Schema: schema, NoCopy: true})
 		if err != nil {
 			b.Fatal(err)
 		}
