@@ -176,7 +176,8 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	if _, first, pending := batchPlan(msgs); s.copyEligible(len(pending)) {
+	_, first, pending := batchPlan(msgs)
+	if s.copyEligible(len(pending)) {
 		results, err := s.processBatchCopy(ctx, msgs, first, pending, fn)
 		if !errors.Is(err, errCopyMet) {
 			return results, err
@@ -185,8 +186,9 @@ func (s *Store) ProcessBatch(ctx context.Context, msgs []idem.Message, fn func(c
 	}
 	var results []idem.Outcome
 	err := s.inTx(ctx, "process batch", func(tx pgx.Tx) (bool, error) {
-		var err error
-		if results, err = s.ProcessBatchTx(ctx, tx, msgs); err != nil {
+		results = make([]idem.Outcome, len(msgs))
+		stored := make(map[int]storekit.Existing, len(msgs))
+		if err := s.settleBatch(ctx, tx, msgs, first, pending, 0, results, stored); err != nil {
 			return false, err
 		}
 		return runBatchHandler(ctx, tx, results, fn)
