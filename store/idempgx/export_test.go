@@ -57,3 +57,9 @@ func SetCopyPauseUntil(s *Store, until time.Time) { s.copy.until.Store(until.Uni
 
 // CopyMinKeys is the fewest distinct keys ProcessBatch copies.
 const CopyMinKeys = copyMinKeys
+
+// ProcessBatchSQL returns the statements ProcessBatch inserts a batch's
+// records with: its first pass, and the pass that takes rows over.
+func ProcessBatchSQL(s *Store) (first, takeover string) {
+	return s.q.processBatchNew, s.q.processBatch
+}
