@@ -46,6 +46,24 @@ func (e *sqsEnv) run(t *testing.T, args ...string) cliResult {
 	return runCLI(t, nil, append(append([]string{"dlq", "sqs"}, args...), "--endpoint", e.endpoint, "--query-protocol", "--queue", e.dlq)...)
 }
 
+// runSeeing is run, tried again for up to 45 s while its output lacks
+// want. goaws (v0.4.5) can keep a queue's messages from every receive for
+// a while after a scan released them (with ChangeMessageVisibility 0): on
+// a loaded machine a command then finds nothing, which is harmless (a
+// redrive that finds nothing moves nothing), and real SQS makes a
+// released message visible at once. Each empty try is logged.
+func (e *sqsEnv) runSeeing(t *testing.T, want string, args ...string) cliResult {
+	t.Helper()
+	for deadline := time.Now().Add(45 * time.Second); ; {
+		r := e.run(t, args...)
+		if strings.Contains(r.Stdout, want) || time.Now().After(deadline) {
+			return r
+		}
+		t.Logf("%s: %q not seen yet (goaws): %s%s", strings.Join(args, " "), want, r.Stdout, r.Stderr)
+		time.Sleep(time.Second)
+	}
+}
+
 // deadLetter sends a dead letter as an idemsqs consumer writes it.
 func (e *sqsEnv) deadLetter(t *testing.T, id string) {
 	t.Helper()
@@ -83,14 +101,14 @@ func TestDLQSQS(t *testing.T) {
 	}
 	e.deadLetter(t, "order-1")
 	e.deadLetter(t, "order-2")
-	r = e.run(t, "list", "--fail-if-any")
+	r = e.runSeeing(t, "2 dead letter(s)", "list", "--fail-if-any")
 	wantExit(t, r, exitDeadLetters, "2 dead letter(s)")
 	for _, w := range []string{"order-1", "order-2", "max_attempts", "orders", "boom: card declined", "2 dead letter(s) in"} {
 		if !strings.Contains(r.Stdout, w) {
 			t.Errorf("list lacks %q:\n%s", w, r.Stdout)
 		}
 	}
-	r = e.run(t, "show", "order-1")
+	r = e.runSeeing(t, "body of order-1", "show", "order-1")
 	wantExit(t, r, exitOK)
 	for _, w := range []string{`message "order-1" (SQS id sqs-order-1): max_attempts after 5 attempt(s) in consumer "orders"`, "origin: " + e.queue, "x-idem-last-error: boom: card declined", "body of order-1"} {
 		if !strings.Contains(r.Stdout, w) {
@@ -99,12 +117,12 @@ func TestDLQSQS(t *testing.T) {
 	}
 	wantExit(t, e.run(t, "show", "nope"), exitFailure, `message "nope" not found`)
 
-	r = e.run(t, "redrive", "--dry-run", "order-1")
+	r = e.runSeeing(t, "would redrive order-1", "redrive", "--dry-run", "order-1")
 	wantExit(t, r, exitOK)
 	if !strings.Contains(r.Stdout, "would redrive order-1") || e.depth(t, e.queue) != 0 {
 		t.Errorf("dry run: %s", r.Stdout)
 	}
-	r = e.run(t, "redrive", "order-1", "order-9")
+	r = e.runSeeing(t, "redriven order-1", "redrive", "order-1", "order-9")
 	wantExit(t, r, exitFailure, `not found in `, `"order-9"`)
 	if !strings.Contains(r.Stdout, "redriven order-1") || e.depth(t, e.queue) != 1 || e.depth(t, e.dlq) != 1 {
 		t.Errorf("redrive: %s (work queue %d, dead letters %d)", r.Stdout, e.depth(t, e.queue), e.depth(t, e.dlq))
@@ -119,25 +137,11 @@ func TestDLQSQS(t *testing.T) {
 	}
 
 	// goaws has no message move tasks: --move-task falls back.
-	// goaws (v0.4.5) can keep a queue's messages from every receive after
-	// one of them was released with ChangeMessageVisibility 0, until its
-	// visibility timeout (the scan's 30 s) ends: a redrive then moves
-	// nothing, which is harmless, so the test tries again within 45 s.
 	e.deadLetter(t, "order-3")
-	for deadline := time.Now().Add(45 * time.Second); ; {
-		r = e.run(t, "redrive", "--all", "--move-task", "--max-redrives", "9")
-		wantExit(t, r, exitOK)
-		if !strings.Contains(r.Stdout, "no SQS message move task") {
-			t.Errorf("redrive --move-task on goaws: %s", r.Stdout)
-		}
-		if strings.Contains(r.Stdout, "redriven order-3") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redrive --move-task on goaws never redrove order-3: %s", r.Stdout)
-		}
-		t.Logf("redrive --all moved nothing yet (goaws): %s", r.Stdout)
-		time.Sleep(time.Second)
+	r = e.runSeeing(t, "redriven order-3", "redrive", "--all", "--move-task", "--max-redrives", "9")
+	wantExit(t, r, exitOK)
+	if !strings.Contains(r.Stdout, "redriven order-3") || !strings.Contains(r.Stdout, "no SQS message move task") {
+		t.Errorf("redrive --move-task on goaws: %s", r.Stdout)
 	}
 	wantExit(t, e.run(t, "redrive", "--reason", "max_receive_count", "--move-task"), exitUsage, "--move-task moves every message")
 	e.deadLetter(t, "order-4")
