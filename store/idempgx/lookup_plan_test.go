@@ -57,45 +57,56 @@ func TestProcessLookupGenericPlan(t *testing.T) {
 	}
 }
 
-// assertIndexPlan explains the lookup's plan (mode: generic or custom) in
-// a transaction of its own (SET LOCAL) and fails unless it probes the
-// primary key of the relation that holds the records (an empty partition
-// may be scanned: it has no pages).
+// assertIndexPlan explains the lookup's plan (mode: generic or custom)
+// and fails unless it probes the primary key of the relation that holds
+// the records (an empty partition may be scanned: it has no pages).
 func assertIndexPlan(t *testing.T, ctx context.Context, s *idempgx.Store, mode, when string) {
 	t.Helper()
-	name := "lookup_plan_" + randomSuffix()
-	err := pgx.BeginFunc(ctx, testPool(t), func(tx pgx.Tx) error {
+	plan := explainPlan(t, ctx, s, mode, idempgx.ProcessLookupSQL(s), []string{"s", "s"}, []string{"k1", "k2"})
+	// The relation that holds the records: idem_records or, in the
+	// partitioned layout, its current partition.
+	rel := "idem_records"
+	if err := s.Pool().QueryRow(ctx, "SELECT coalesce((SELECT c.relname::text FROM "+qualified(s, "idem_records")+
+		" AS r JOIN pg_class AS c ON c.oid = r.tableoid LIMIT 1), 'idem_records')").Scan(&rel); err != nil {
+		t.Fatalf("%s: %v", when, err)
+	}
+	if strings.Contains(plan, "Seq Scan on "+rel+" ") || !strings.Contains(plan, "Index Scan using "+rel+"_pkey") {
+		t.Errorf("%s: the lookup's %s plan does not probe the index:\n%s", when, mode, plan)
+	}
+}
+
+// explainPlan prepares sql in a transaction of its own whose
+// plan_cache_mode forces a mode (generic or custom) plan, and returns the
+// plan EXPLAIN EXECUTE gives for args.
+func explainPlan(t *testing.T, ctx context.Context, s *idempgx.Store, mode, sql string, args ...any) string {
+	t.Helper()
+	name := "plan_" + randomSuffix()
+	params := make([]string, len(args))
+	for i := range args {
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	var plan string
+	err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_"+mode+"_plan"); err != nil {
 			return err
 		}
-		if _, err := tx.Prepare(ctx, name, idempgx.ProcessLookupSQL(s)); err != nil {
+		if _, err := tx.Prepare(ctx, name, sql); err != nil {
 			return err
 		}
 		defer func() { _ = tx.Conn().Deallocate(ctx, name) }()
-		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+"('{s,s}', '{k1,k2}')", pgx.QueryExecModeSimpleProtocol)
+		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+"("+strings.Join(params, ", ")+")",
+			append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
 		if err != nil {
 			return err
 		}
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		plan := strings.Join(lines, "\n")
-		// The relation that holds the records: idem_records or, in the
-		// partitioned layout, its current partition.
-		rel := "idem_records"
-		if err := tx.QueryRow(ctx, "SELECT coalesce((SELECT c.relname::text FROM "+qualified(s, "idem_records")+
-			" AS r JOIN pg_class AS c ON c.oid = r.tableoid LIMIT 1), 'idem_records')").Scan(&rel); err != nil {
-			return err
-		}
-		if strings.Contains(plan, "Seq Scan on "+rel+" ") || !strings.Contains(plan, "Index Scan using "+rel+"_pkey") {
-			t.Errorf("%s: the lookup's %s plan does not probe the index:\n%s", when, mode, plan)
-		}
-		return nil
+		plan = strings.Join(lines, "\n")
+		return err
 	})
 	if err != nil {
-		t.Fatalf("%s: explain: %v", when, err)
+		t.Fatalf("explain: %v", err)
 	}
+	return plan
 }
 
 // TestProcessBatchCachedLookup runs batches with duplicates and mismatches
