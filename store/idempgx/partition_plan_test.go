@@ -18,9 +18,9 @@ import (
 // older partition's rows with "bucket <> current" at one, and for a batch
 // of a thousand keys it used to plan the check as a nested loop over a
 // scan of that partition: every key compared with every record (22 s for
-// a batch against 200,000 records). PostgreSQL plans the first five runs
-// of a statement on each connection, and every run after an ANALYZE
-// invalidates the plan, for the values at hand: a custom plan.
+// a batch against 200,000 records). PostgreSQL makes a custom plan, for
+// the values at hand, for the first five runs of a prepared statement on
+// each connection.
 func TestPartitionedBatchPlans(t *testing.T) {
 	t.Parallel()
 	s := newPartitionedStore(t, nil)
