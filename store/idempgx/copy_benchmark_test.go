@@ -42,7 +42,7 @@ func BenchmarkProcessBatchCopy(b *testing.B) {
 				}
 				s, copies := copyCounted(b, schema, cfg)
 				if cfg.Partitioned {
-					fillOlder(b, s)
+					fillOlder(b, s, "", olderRecords)
 				}
 				ctx := context.Background()
 				var next atomic.Int64
@@ -88,18 +88,19 @@ func BenchmarkProcessBatchCopy(b *testing.B) {
 // olderRecords is how many records fillOlder leaves in an older partition.
 const olderRecords = 200_000
 
-// fillOlder writes olderRecords completed records into s's current
-// partition, moves the writes to a new one and analyzes the table.
-func fillOlder(tb testing.TB, s *idempgx.Store) {
+// fillOlder writes n completed records of scope, keys old-1 to old-n,
+// into s's current partition, moves the writes to the next one and
+// analyzes the table.
+func fillOlder(tb testing.TB, s *idempgx.Store, scope string, n int) {
 	tb.Helper()
 	ctx := context.Background()
 	if _, err := s.Pool().Exec(ctx, `INSERT INTO `+qualified(s, "idem_records")+` (scope, key, bucket, state, fingerprint, token, completed_at, expires_at)
-SELECT '', 'old-' || i, (SELECT cur FROM `+qualified(s, "idem_record_buckets")+`), 'completed', sha256(i::text::bytea), 0, now(), now() + interval '1 hour'
-FROM generate_series(1, $1) AS i`, olderRecords); err != nil {
+SELECT $1, 'old-' || i, (SELECT cur FROM `+qualified(s, "idem_record_buckets")+`), 'completed', sha256(i::text::bytea), 0, now(), now() + interval '1 hour'
+FROM generate_series(1, $2) AS i`, scope, n); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := s.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true}); err != nil {
-		tb.Fatal(err)
+	if rep, err := s.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true}); err != nil || !rep.Rotated {
+		tb.Fatalf("rotate: %+v %v", rep, err)
 	}
 	if _, err := s.Pool().Exec(ctx, "ANALYZE "+qualified(s, "idem_records")); err != nil {
 		tb.Fatal(err)

@@ -25,17 +25,7 @@ func TestPartitionedBatchPlans(t *testing.T) {
 	t.Parallel()
 	s := newPartitionedStore(t, nil)
 	ctx := ctxT(t)
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO `+qualified(s, "idem_records")+` (scope, key, bucket, state, fingerprint, token, completed_at, expires_at)
-SELECT 's', 'old-' || i, 1, 'completed', sha256(i::text::bytea), 0, now(), now() + interval '1 hour'
-FROM generate_series(1, 50000) AS i`); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := s.Maintain(ctx, &idempgx.MaintainOptions{Rotate: true, KeepExpired: true}); err != nil || rep.Current != 2 {
-		t.Fatalf("rotate: %+v %v", rep, err)
-	}
-	if _, err := s.Pool().Exec(ctx, "ANALYZE "+qualified(s, "idem_records")); err != nil {
-		t.Fatal(err)
-	}
+	fillOlder(t, s, "s", 50_000) // into partition 1; 2 is then current
 	const n = 1000
 	scopes, keys, fps, rets := make([]string, n), make([]string, n), make([][]byte, n), make([]int64, n)
 	for i := range n {
